@@ -23,7 +23,8 @@ WAV: Final = "wav"
 MIN_SAMPLE_RATE_HZ: Final = 8_000
 MAX_SAMPLE_RATE_HZ: Final = 192_000
 G711_DEFAULT_RATE_HZ: Final = 8_000
-DEFAULT_INPUT_RATE_HZ: Final = 16_000
+# OpenAI defines pcm16 as 24 kHz; a stock client sends that unless it states a rate.
+DEFAULT_INPUT_RATE_HZ: Final = 24_000
 DEFAULT_OUTPUT_RATE_HZ: Final = 24_000
 
 _SPELLINGS: Final[dict[str, str]] = {
