@@ -110,7 +110,11 @@ def validate_sample_rate(raw: Any, *, param: str = "sample_rate_hz") -> int:
     """A sample rate as an int in 8-192 kHz, else ``bad_event`` naming ``param``."""
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise RealtimeProtocolError(f"{param} must be an integer", "bad_event", param=param)
-    if not math.isfinite(raw) or int(raw) != raw:
+    try:
+        finite = math.isfinite(raw)
+    except OverflowError:  # an int too large for a float is no sample rate either
+        finite = False
+    if not finite or int(raw) != raw:
         raise RealtimeProtocolError(
             f"{param} must be a finite integer", "bad_event", param=param
         )
