@@ -1,0 +1,1 @@
+"""Model implementations: stage models and the duplex plugin of each served model."""

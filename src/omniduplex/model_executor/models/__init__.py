@@ -1,0 +1,1 @@
+"""One package per served model (``models/<model>/``): its stage models and plugin."""

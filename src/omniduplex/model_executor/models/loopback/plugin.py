@@ -1,0 +1,138 @@
+"""The loopback model served as turn-based duplex sessions.
+
+The engine buffers a turn (``streams_input`` is False) and hands it over when a response
+starts; ``plan_response`` turns it into the one stage input of ``LoopbackStageModel`` and
+the data plane turns each stage output back into a model result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from omniduplex.engine.duplex.capabilities import DuplexCapabilities
+from omniduplex.engine.duplex.plugin import (
+    DuplexDataPlane,
+    DuplexModelPlugin,
+    DuplexModelSessionState,
+    DuplexRuntimeConfigError,
+    ModelAudio,
+    ModelError,
+    ModelListen,
+    ModelResult,
+    ModelText,
+    ResponseRequest,
+)
+
+from .options import LoopbackOptions
+
+_MODALITIES = frozenset({"audio", "text"})
+
+
+@dataclass(slots=True)
+class LoopbackSessionState(DuplexModelSessionState):
+    """Per-session state: loopback keeps nothing between turns but the output modalities."""
+
+    modalities: tuple[str, ...] = ("text", "audio")
+    responses_planned: int = 0
+    turns_reset: int = 0
+
+    def reset_turn(self) -> None:
+        self.turns_reset += 1
+
+
+class LoopbackDataPlane(DuplexDataPlane):
+    """Maps ``LoopbackStageModel`` output dicts to model results."""
+
+    def project(self, data: Mapping[str, Any]) -> Sequence[ModelResult]:
+        kind = data.get("kind")
+        end_of_turn = bool(data.get("end_of_turn", False))
+        if kind == "audio":
+            samples = np.asarray(data["audio"], dtype=np.float32)
+            return [
+                ModelAudio(samples=samples, text=str(data.get("text", "")), end_of_turn=end_of_turn)
+            ]
+        if kind == "text":
+            return [ModelText(delta=str(data.get("text", "")), end_of_turn=end_of_turn)]
+        if kind == "listen":
+            return [ModelListen(reason=str(data.get("reason", "model_listen")))]
+        if kind == "error":
+            return [
+                ModelError(
+                    code=str(data.get("code", "loopback_error")),
+                    message=str(data.get("message", "loopback model failed")),
+                )
+            ]
+        return [ModelError(code="loopback_unknown_output", message=f"unknown output kind {kind!r}")]
+
+
+class LoopbackDuplexPlugin(DuplexModelPlugin):
+    """Deterministic CPU reference model; options: ``unit_ms``, ``realtime``,
+    ``max_reply_ms``, ``silence_rms`` (and ``pitch_ratio``), as in ``LoopbackOptions``."""
+
+    plugin_id = "loopback"
+    streams_input = False
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        self.loopback_options = LoopbackOptions.from_mapping(self.options)
+        self.input_sample_rate_hz = self.loopback_options.input_rate_hz
+        self.output_sample_rate_hz = self.loopback_options.output_rate_hz
+        self._data_plane = LoopbackDataPlane()
+
+    @property
+    def data_plane(self) -> DuplexDataPlane:
+        return self._data_plane
+
+    def capabilities(self, *, max_sessions: int) -> DuplexCapabilities:
+        return DuplexCapabilities(
+            supports_model_native_turn_policy=False,
+            supports_barge_in=True,
+            supports_session_resume=True,
+            supports_audio_truncate=True,
+            supports_text_input=True,
+            supports_text_only_turn=True,
+            supports_chat_completions=True,
+            optional_input_modalities=frozenset({"text"}),
+            # Loopback never opens a response by itself: turns come from the client or VAD.
+            signal_sources=("client_event", "server_policy"),
+            chunk_period_ms=self.loopback_options.unit_ms,
+        )
+
+    def validate_session_config(self, config: Mapping[str, Any]) -> None:
+        modalities = config.get("modalities")
+        if modalities is None:
+            return
+        unknown = sorted(set(modalities) - _MODALITIES)
+        if unknown or not modalities:
+            raise DuplexRuntimeConfigError(
+                f"loopback supports modalities {sorted(_MODALITIES)}, got {list(modalities)}",
+                param="modalities",
+            )
+
+    def create_session_state(self, config: Mapping[str, Any]) -> LoopbackSessionState:
+        modalities = config.get("modalities") or ("text", "audio")
+        return LoopbackSessionState(modalities=tuple(modalities))
+
+    def plan_response(
+        self, state: DuplexModelSessionState, request: ResponseRequest
+    ) -> dict[str, Any]:
+        if not isinstance(state, LoopbackSessionState):
+            raise TypeError("loopback plan_response needs a LoopbackSessionState")
+        state.responses_planned += 1
+        # Per-response modalities (response.create, either dialect's key) win over the
+        # session's.
+        modalities = (
+            request.options.get("output_modalities")
+            or request.options.get("modalities")
+            or state.modalities
+        )
+        return {
+            "audio": np.asarray(request.input_audio, dtype=np.float32),
+            "text": request.input_text or None,
+            "response_id": request.response_id,
+            "with_audio": "audio" in modalities,
+        }
