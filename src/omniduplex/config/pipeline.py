@@ -1,0 +1,300 @@
+"""Pipeline and stage configuration, and loading it from a deploy YAML file.
+
+A deploy file describes one deployment::
+
+    name: echo                     # pipeline name
+    served_model_name: echo-1      # what /v1/models reports (default: name)
+    session_mode: turn             # "turn" or "duplex"
+    duplex_plugin: null            # "package.module:Plugin" for a duplex-capable model
+    duplex_session: {}             # runtime settings, passed through untouched
+    base_config: other.yaml        # optional: start from another file and override it
+    stages:
+      - name: upper
+        worker: thread             # "thread" (in-process) or "process" (subprocess)
+        max_batch: 8               # most requests one step advances together
+        max_restarts: 3            # worker replacements before the stage is given up
+        model:
+          factory: package.module:Model
+          kwargs: {chunk_size: 4}
+
+Every problem is reported as a ``ValueError`` that names the file and the key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..engine.stage.spec import StageModelSpec
+
+WORKER_KINDS = ("thread", "process")
+SESSION_MODES = ("turn", "duplex")
+DEPLOY_DIR = Path(__file__).resolve().parent.parent / "deploy"
+
+_PIPELINE_KEYS = frozenset(
+    {
+        "name",
+        "served_model_name",
+        "session_mode",
+        "duplex_plugin",
+        "duplex_session",
+        "stages",
+        "base_config",
+    }
+)
+_STAGE_KEYS = frozenset({"name", "model", "worker", "max_batch", "max_restarts"})
+_MODEL_KEYS = frozenset({"factory", "kwargs"})
+
+
+def _is_int(value: object) -> bool:
+    # bool is an int subclass; ``max_batch: yes`` is a typo, not 1.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    name: str
+    model: StageModelSpec
+    worker: str = "thread"
+    max_batch: int = 8
+    max_restarts: int = 3
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"stage name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.model, StageModelSpec):
+            raise ValueError(f"stage {self.name!r}: model must be a StageModelSpec")
+        if self.worker not in WORKER_KINDS:
+            raise ValueError(
+                f"stage {self.name!r}: worker must be one of {', '.join(WORKER_KINDS)}, "
+                f"got {self.worker!r}"
+            )
+        if not _is_int(self.max_batch) or self.max_batch < 1:
+            raise ValueError(
+                f"stage {self.name!r}: max_batch must be a positive integer, got {self.max_batch!r}"
+            )
+        if not _is_int(self.max_restarts) or self.max_restarts < 0:
+            raise ValueError(
+                f"stage {self.name!r}: max_restarts must be a non-negative integer, "
+                f"got {self.max_restarts!r}"
+            )
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """A pipeline of stages plus the deployment settings the serving layer reads.
+
+    ``session_mode`` defaults to ``"turn"``; a pipeline that declares ``duplex_plugin``
+    must say which mode it is deployed in, so a forgotten key cannot silently change
+    what the server exposes. ``duplex_session`` is not interpreted here.
+    """
+
+    name: str
+    stages: tuple[StageConfig, ...]
+    duplex_plugin: str | None = None
+    session_mode: str | None = None
+    duplex_session: dict[str, Any] = field(default_factory=dict)
+    served_model_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"pipeline name must be a non-empty string, got {self.name!r}")
+        if isinstance(self.stages, str | bytes) or not isinstance(self.stages, Sequence):
+            raise ValueError(f"pipeline {self.name!r}: stages must be a list of stages")
+        stages = tuple(self.stages)
+        if not stages:
+            raise ValueError(f"pipeline {self.name!r}: needs at least one stage")
+        for stage in stages:
+            if not isinstance(stage, StageConfig):
+                raise ValueError(f"pipeline {self.name!r}: stages must be StageConfig objects")
+        seen: set[str] = set()
+        for stage in stages:
+            if stage.name in seen:
+                raise ValueError(f"pipeline {self.name!r}: duplicate stage name {stage.name!r}")
+            seen.add(stage.name)
+        object.__setattr__(self, "stages", stages)
+
+        if self.duplex_plugin is not None and (
+            not isinstance(self.duplex_plugin, str) or not self.duplex_plugin
+        ):
+            raise ValueError(
+                f"pipeline {self.name!r}: duplex_plugin must be a non-empty string or null, "
+                f"got {self.duplex_plugin!r}"
+            )
+        mode = self.session_mode
+        if mode is None:
+            if self.duplex_plugin is not None:
+                raise ValueError(
+                    f"pipeline {self.name!r} declares duplex_plugin, so it must set "
+                    "session_mode: turn or duplex"
+                )
+            mode = "turn"
+        if mode not in SESSION_MODES:
+            raise ValueError(
+                f"pipeline {self.name!r}: session_mode must be turn or duplex, got {mode!r}"
+            )
+        if mode == "duplex" and self.duplex_plugin is None:
+            raise ValueError(f"pipeline {self.name!r}: session_mode: duplex needs a duplex_plugin")
+        object.__setattr__(self, "session_mode", mode)
+
+        session = {} if self.duplex_session is None else self.duplex_session
+        if not isinstance(session, Mapping):
+            raise ValueError(
+                f"pipeline {self.name!r}: duplex_session must be a mapping, got {session!r}"
+            )
+        object.__setattr__(self, "duplex_session", dict(session))
+
+        served = self.name if self.served_model_name is None else self.served_model_name
+        if not isinstance(served, str) or not served:
+            raise ValueError(
+                f"pipeline {self.name!r}: served_model_name must be a non-empty string, "
+                f"got {served!r}"
+            )
+        object.__setattr__(self, "served_model_name", served)
+
+    @property
+    def final_stage_index(self) -> int:
+        return len(self.stages) - 1
+
+
+# ---- parsing ----------------------------------------------------------------------------
+
+
+def _check_keys(raw: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
+    unknown = sorted(str(k) for k in raw if k not in allowed)
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(allowed))}"
+        )
+
+
+def _parse_model(raw: object, where: str) -> StageModelSpec:
+    if isinstance(raw, str):
+        raw = {"factory": raw}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}: must be a mapping with factory and kwargs, got {raw!r}")
+    _check_keys(raw, _MODEL_KEYS, where)
+    if "factory" not in raw:
+        raise ValueError(f"{where}.factory: missing")
+    kwargs = raw.get("kwargs") or {}
+    if not isinstance(kwargs, Mapping):
+        raise ValueError(f"{where}.kwargs: must be a mapping, got {kwargs!r}")
+    try:
+        return StageModelSpec(factory=raw["factory"], kwargs=dict(kwargs))
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _parse_stage(raw: object, where: str) -> StageConfig:
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}: must be a mapping, got {raw!r}")
+    _check_keys(raw, _STAGE_KEYS, where)
+    for key in ("name", "model"):
+        if key not in raw:
+            raise ValueError(f"{where}.{key}: missing")
+    options = {key: raw[key] for key in ("worker", "max_batch", "max_restarts") if key in raw}
+    try:
+        return StageConfig(
+            name=raw["name"], model=_parse_model(raw["model"], f"{where}.model"), **options
+        )
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def parse_pipeline_config(raw: Mapping[str, Any], *, source: str = "<mapping>") -> PipelineConfig:
+    """Build a ``PipelineConfig`` from an already loaded mapping (``base_config`` resolved)."""
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{source}: a deploy config must be a mapping, got {type(raw).__name__}")
+    _check_keys(raw, _PIPELINE_KEYS, source)
+    if "name" not in raw:
+        raise ValueError(f"{source}: name: missing")
+    stages_raw = raw.get("stages")
+    if not isinstance(stages_raw, list) or not stages_raw:
+        raise ValueError(f"{source}: stages must be a non-empty list, got {stages_raw!r}")
+    stages = tuple(
+        _parse_stage(stage, f"{source}: stages[{i}]") for i, stage in enumerate(stages_raw)
+    )
+    try:
+        return PipelineConfig(
+            name=raw["name"],
+            stages=stages,
+            duplex_plugin=raw.get("duplex_plugin"),
+            session_mode=raw.get("session_mode"),
+            duplex_session=raw.get("duplex_session") or {},
+            served_model_name=raw.get("served_model_name"),
+        )
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
+
+
+# ---- files ------------------------------------------------------------------------------
+
+
+def resolve_deploy_path(
+    path_or_name: str | os.PathLike[str], *, deploy_dir: Path | None = None
+) -> Path:
+    """A file path as given, or a bare name looked up in the shipped deploy folder."""
+    candidate = Path(path_or_name)
+    if candidate.is_file():
+        return candidate
+    folder = DEPLOY_DIR if deploy_dir is None else deploy_dir
+    text = os.fspath(path_or_name)
+    if os.sep not in text and (os.altsep is None or os.altsep not in text):
+        for name in (text, f"{text}.yaml", f"{text}.yml"):
+            if (folder / name).is_file():
+                return folder / name
+    known = sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+    raise FileNotFoundError(
+        f"deploy config {text!r} not found (as a path, or in {folder}; "
+        f"known names: {', '.join(known) or 'none'})"
+    )
+
+
+def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    # Mappings merge key by key (so a profile can change one duplex_session knob);
+    # anything else, including the stage list, is replaced whole.
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _read_yaml(path: Path, deploy_dir: Path | None, chain: tuple[Path, ...]) -> dict[str, Any]:
+    resolved = path.resolve()
+    if resolved in chain:
+        cycle = " -> ".join(str(p) for p in (*chain, resolved))
+        raise ValueError(f"deploy config base_config cycle: {cycle}")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: invalid YAML: {exc}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: a deploy config must be a mapping, got {type(raw).__name__}")
+    base_ref = raw.pop("base_config", None)
+    if base_ref is None:
+        return raw
+    if not isinstance(base_ref, str) or not base_ref:
+        raise ValueError(f"{path}: base_config must be a file name, got {base_ref!r}")
+    sibling = path.parent / base_ref
+    base_path = (
+        sibling if sibling.is_file() else resolve_deploy_path(base_ref, deploy_dir=deploy_dir)
+    )
+    return _merge(_read_yaml(base_path, deploy_dir, (*chain, resolved)), raw)
+
+
+def load_deploy_config(
+    path_or_name: str | os.PathLike[str], *, deploy_dir: Path | None = None
+) -> PipelineConfig:
+    """Load a deploy YAML file (a path, or a name in ``omniduplex/deploy/``)."""
+    path = resolve_deploy_path(path_or_name, deploy_dir=deploy_dir)
+    return parse_pipeline_config(_read_yaml(path, deploy_dir, ()), source=str(path))

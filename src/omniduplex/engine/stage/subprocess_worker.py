@@ -1,0 +1,313 @@
+"""A stage worker in a child process: crash isolation and a core of its own.
+
+The child is started with the ``spawn`` context, builds its model from a
+``StageModelSpec`` and runs the same scheduler loop as the in-process worker. Requests go
+in through a ``multiprocessing`` queue (its feeder thread means ``submit`` never blocks
+the orchestrator loop, even while the child is busy in a long step); outputs come back
+through a pipe that a monitor thread watches together with the child's sentinel, so a
+child that dies for any reason (a signal, ``os._exit``, a failing constructor) becomes a
+``WorkerDied`` event carrying the requests it held.
+
+Because of ``spawn``, a script that starts an engine with process stages must guard its
+entry point with ``if __name__ == "__main__":`` (the child re-imports the main module).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.connection
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .messages import (
+    AbortRequest,
+    AddRequest,
+    StageOutput,
+    StageRequestMessage,
+    StopWorker,
+    WorkerDied,
+)
+from .scheduler import StageInbox, StageScheduler, run_scheduler_loop
+from .spec import StageModelSpec
+from .worker import StageWorker, StageWorkerError, WorkerEventCallback
+
+log = logging.getLogger(__name__)
+
+# How often an idle child checks that its parent still exists, so an engine killed
+# without shutdown does not leave stage processes behind.
+_PARENT_POLL_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class _ChildReady:
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class _ChildFailed:
+    """Sent just before the child exits on purpose, so the parent can say why."""
+
+    reason: str
+
+
+class SubprocessStageWorker(StageWorker):
+    def __init__(
+        self,
+        stage_index: int,
+        spec: StageModelSpec,
+        *,
+        max_batch: int,
+        on_event: WorkerEventCallback,
+        generation: int = 0,
+        name: str | None = None,
+    ) -> None:
+        self.stage_index = stage_index
+        self.generation = generation
+        self.spec = spec
+        self.max_batch = max_batch
+        self.name = name or f"stage-{stage_index}"
+        self._on_event = on_event
+        self._ctx = multiprocessing.get_context("spawn")
+        # Created now so that messages submitted before start() are kept.
+        self._inbox: Any = self._ctx.Queue()
+        self._process: Any = None
+        self._conn: multiprocessing.connection.Connection | None = None
+        self._monitor: threading.Thread | None = None
+        self._lock = threading.Lock()
+        # Insertion-ordered set of the requests the child holds, for WorkerDied.
+        self._in_flight: dict[str, None] = {}
+        self._started_up = threading.Event()
+        self._startup_error: str | None = None
+        self._exit_note: str | None = None
+        self._stopping = False
+        self._dead = False
+        self._inbox_released = False
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    @property
+    def alive(self) -> bool:
+        # Our own flags, not process.is_alive(): that reaps the child, and only the
+        # monitor thread may reap it or the exit status could be lost.
+        return self._process is not None and not self._stopping and not self._dead
+
+    def start(self) -> None:
+        if self._process is not None:
+            raise StageWorkerError(f"{self.name}: already started")
+        reader, writer = self._ctx.Pipe(duplex=False)
+        self._process = self._ctx.Process(
+            target=_child_main,
+            args=(self.stage_index, self.spec, self.max_batch, self._inbox, writer),
+            name=f"omni-{self.name}-g{self.generation}",
+            daemon=True,
+        )
+        self._process.start()
+        # Only the child may hold the write end, or its death would never read as EOF.
+        writer.close()
+        self._conn = reader
+        self._monitor = threading.Thread(
+            target=self._watch_child, name=f"omni-{self.name}-monitor", daemon=True
+        )
+        self._monitor.start()
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        if self._process is None:
+            raise StageWorkerError(f"{self.name}: not started")
+        if not self._started_up.wait(timeout):
+            raise StageWorkerError(f"{self.name}: model not ready after {timeout} s")
+        if self._startup_error is not None:
+            raise StageWorkerError(f"{self.name}: {self._startup_error}")
+
+    def submit(self, message: StageRequestMessage) -> None:
+        if self._dead or self._stopping:
+            # The orchestrator fails what it routed here when it handles WorkerDied.
+            log.debug("%s: dropping %r, worker is not serving", self.name, message)
+            return
+        with self._lock:
+            if isinstance(message, AddRequest):
+                self._in_flight[message.request_id] = None
+            elif isinstance(message, AbortRequest):
+                self._in_flight.pop(message.request_id, None)
+        self._inbox.put(message)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        process, monitor = self._process, self._monitor
+        if process is not None and not self._dead:
+            self._inbox.put(StopWorker())
+        # The monitor thread ends once it has reaped the child, so waiting for it is
+        # waiting for the child.
+        if monitor is not None and monitor is not threading.current_thread():
+            monitor.join(timeout)
+            if monitor.is_alive():
+                log.warning("%s: child did not stop in %.1f s; terminating", self.name, timeout)
+                process.terminate()
+                monitor.join(1.0)
+            if monitor.is_alive():
+                process.kill()
+                monitor.join()
+        self._release_inbox()
+
+    def _release_inbox(self) -> None:
+        with self._lock:
+            if self._inbox_released:
+                return
+            self._inbox_released = True
+        # A dead child never drains the pipe; do not let the feeder thread hold up exit.
+        self._inbox.cancel_join_thread()
+        self._inbox.close()
+
+    # ---- monitor thread -------------------------------------------------------------
+
+    def _watch_child(self) -> None:
+        conn, process = self._conn, self._process
+        assert conn is not None and process is not None
+        while True:
+            ready = multiprocessing.connection.wait([conn, process.sentinel])
+            if conn not in ready:
+                break
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                break
+            self._on_child_message(message)
+        # The child is gone; it may have sent outputs just before it went.
+        try:
+            while conn.poll():
+                self._on_child_message(conn.recv())
+        except (EOFError, OSError):
+            pass
+        process.join()  # the only place the child is reaped
+        conn.close()
+        self._dead = True
+        if self._stopping:
+            self._started_up.set()
+            return
+        reason = self._exit_note or _describe_exit(process.pid, process.exitcode)
+        if not self._started_up.is_set() and self._exit_note is None:
+            # It died before reaching our code: spawn's bootstrap (re-importing the
+            # parent's main module) or an import failed; the child's stderr has it.
+            reason += (
+                " before its model was ready (its stderr has any traceback; note that a"
+                " script starting an engine needs an `if __name__ == '__main__':` guard)"
+            )
+        if not self._started_up.is_set():
+            self._startup_error = reason
+            self._started_up.set()
+        with self._lock:
+            in_flight = tuple(self._in_flight)
+            self._in_flight.clear()
+        self._release_inbox()
+        log.error("%s: worker died: %s (in flight: %d)", self.name, reason, len(in_flight))
+        self._on_event(
+            WorkerDied(
+                stage_index=self.stage_index,
+                request_ids_in_flight=in_flight,
+                reason=reason,
+                worker_generation=self.generation,
+            )
+        )
+
+    def _on_child_message(self, message: object) -> None:
+        if isinstance(message, list):
+            for output in message:
+                if output.finished:
+                    with self._lock:
+                        self._in_flight.pop(output.request_id, None)
+                self._on_event(output)
+        elif isinstance(message, _ChildReady):
+            self._started_up.set()
+        elif isinstance(message, _ChildFailed):
+            self._exit_note = message.reason
+        else:
+            log.error("%s: unexpected message from child: %r", self.name, message)
+
+
+def _describe_exit(pid: int | None, exitcode: int | None) -> str:
+    if exitcode is None:
+        return f"worker process {pid} vanished"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"worker process {pid} was killed by {name}"
+    return f"worker process {pid} exited with code {exitcode}"
+
+
+# ---- child process --------------------------------------------------------------------
+
+
+class _QueueInbox(StageInbox):
+    def __init__(self, inbox: Any, parent_alive: Callable[[], bool]) -> None:
+        self._inbox = inbox
+        self._parent_alive = parent_alive
+
+    def get_many(self, *, block: bool, timeout: float | None = None) -> list[object]:
+        items: list[object] = []
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while block and not items:
+            wait = _PARENT_POLL_S
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    break
+            try:
+                items.append(self._inbox.get(timeout=wait))
+            except queue.Empty:
+                if not self._parent_alive():
+                    return [StopWorker()]
+        while True:
+            try:
+                items.append(self._inbox.get_nowait())
+            except queue.Empty:
+                return items
+
+
+def _child_main(
+    stage_index: int,
+    spec: StageModelSpec,
+    max_batch: int,
+    inbox: Any,
+    conn: multiprocessing.connection.Connection,
+) -> None:
+    # The parent decides when stages stop; a terminal Ctrl-C must not kill them first.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    try:
+        model = spec.build()
+    except BaseException as exc:
+        conn.send(_ChildFailed(f"model construction failed: {type(exc).__name__}: {exc}"))
+        conn.close()
+        sys.exit(1)
+    conn.send(_ChildReady(multiprocessing.current_process().pid or 0))
+
+    def emit(outputs: list[StageOutput]) -> None:
+        conn.send(outputs)
+
+    scheduler = StageScheduler(model, stage_index=stage_index, max_batch=max_batch, emit=emit)
+    parent_alive = parent.is_alive if parent is not None else (lambda: True)
+    try:
+        run_scheduler_loop(scheduler, _QueueInbox(inbox, parent_alive))
+    except BaseException as exc:
+        with contextlib.suppress(OSError):  # the parent may be gone already
+            conn.send(_ChildFailed(f"scheduler crashed: {type(exc).__name__}: {exc}"))
+        sys.exit(1)
+    finally:
+        try:
+            model.close()
+        except Exception:
+            log.exception("stage %d: model.close() raised", stage_index)
+    conn.close()

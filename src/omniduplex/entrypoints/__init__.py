@@ -1,0 +1,1 @@
+"""User-facing entry points: the in-process Python APIs, the server and the CLI."""
