@@ -235,7 +235,7 @@ def test_close_drops_everything() -> None:
     model = fast_model()
     respond(model, "a", audio=tone(0.5))
     model.close()
-    assert model.ready_request_ids() == [] and model.next_ready_delay_s() is None
+    assert model.ready_request_ids() == [] and model.wake_after_s() is None
 
 
 def test_realtime_units_become_ready_one_unit_apart() -> None:
@@ -244,7 +244,7 @@ def test_realtime_units_become_ready_one_unit_apart() -> None:
     model = LoopbackStageModel(
         unit_ms=125, realtime=True, clock=clock, sleep=clock.sleep, pace_in_step=False
     )
-    assert model.next_ready_delay_s() is None
+    assert model.wake_after_s() is None
     respond(model, "a", audio=tone(0.375))
     clock.now += 0.0625
     respond(model, "b", audio=tone(0.375))
@@ -252,7 +252,7 @@ def test_realtime_units_become_ready_one_unit_apart() -> None:
     assert model.ready_request_ids() == ["a", "b"]  # first units are due at once
     assert len(model.step(["a", "b"])) == 2
     assert model.ready_request_ids() == []
-    assert model.next_ready_delay_s() == 0.0625  # "a" at its start + 125 ms
+    assert model.wake_after_s() == 0.0625  # "a" at its start + 125 ms
     clock.now += 0.0625
     assert model.ready_request_ids() == ["a"]
     assert model.step(["a", "b"])[0].request_id == "a"  # "b" not due: not advanced

@@ -9,11 +9,9 @@ or ``error`` output).
 Pacing. ``realtime: false`` makes every request with units left ready at once.
 ``realtime: true`` makes unit *k* due ``k * unit_ms`` after the reply started (anchored to
 the start, so a late step does not push every later unit back). The scheduler learns when
-the next unit is due from ``next_ready_delay_s()``; a scheduler that cannot wait on a
-deadline would sleep forever once nothing is due, so unless ``pace_in_step`` says
-otherwise (see ``_scheduler_waits_on_deadlines``) the model instead keeps the soonest
-request ready and sleeps inside ``step`` until it is due, like a forward pass that runs at
-real-time speed.
+the next unit is due from ``wake_after_s()`` and sleeps until then. ``pace_in_step``
+instead keeps the soonest request ready and sleeps inside ``step`` until it is due, like a
+forward pass that runs at real-time speed (for schedulers without deadlines).
 """
 
 from __future__ import annotations
@@ -32,12 +30,6 @@ from .options import LoopbackOptions
 from .reply import FloatArray, Reply, as_mono_float32, plan_reply
 
 BAD_INPUT = "loopback_bad_input"
-
-
-def _scheduler_waits_on_deadlines() -> bool:
-    # The stage engine's StageModel grows this hook when its scheduler can block on
-    # "until the model's next deadline" instead of "until the next message".
-    return callable(getattr(StageModel, "next_ready_delay_s", None))
 
 
 @dataclass(slots=True)
@@ -93,7 +85,7 @@ class LoopbackStageModel(StageModel):
         self._clock = clock
         self._sleep = sleep
         self.pace_in_step = (
-            not _scheduler_waits_on_deadlines() if pace_in_step is None else pace_in_step
+            False if pace_in_step is None else pace_in_step
         )
         self._requests: dict[str, _Request] = {}
         self.stats = LoopbackStats()
@@ -175,7 +167,7 @@ class LoopbackStageModel(StageModel):
         soonest = min(self._due_at(r) for _, r in pending)
         return [rid for rid, r in pending if self._due_at(r) <= soonest]
 
-    def next_ready_delay_s(self) -> float | None:
+    def wake_after_s(self) -> float | None:
         """Seconds until some request becomes ready; 0 if one is; None if none will be."""
         pending = self._pending()
         if not pending:
