@@ -26,7 +26,10 @@ def pcm16_tone(ms: int = 20, rate: int = 24_000, hz: float = 440.0) -> bytes:
 
 TONE_B64 = base64.b64encode(pcm16_tone()).decode()
 # A 1x1 PNG, as bare base64 (the shape camera frames and input_image data URLs carry).
-PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+PNG_B64 = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQ"
+    "AAAABJRU5ErkJggg=="
+)
 
 WEATHER_TOOL: dict[str, Any] = {
     "type": "function",

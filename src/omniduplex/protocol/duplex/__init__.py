@@ -1,0 +1,116 @@
+"""The one door to the wire codec for the engine, the serving layer and the clients.
+
+Tier 2 and Tier 3 live here (``events``, ``commands``, ``errors``); the Tier 1 helpers the
+duplex stack needs (audio conversion, formats, session readers, items, capabilities) are
+re-exported below, so no consumer imports ``protocol.realtime`` directly. A helper that
+later needs a duplex-specific version is overridden here, in one place.
+"""
+
+from ..realtime.audio import (
+    InputAudioConverter,
+    OutputAudioEncoder,
+    b64decode_strict,
+    b64encode_str,
+    decode_audio,
+    decode_wav,
+    encode_audio,
+    encode_wav,
+    resample,
+    rms,
+)
+from ..realtime.audio_input import RealtimeAudioAppend, decode_audio_append
+from ..realtime.base import Dialect, RealtimeCommand, RealtimeEvent, new_event_id
+from ..realtime.capabilities import PERMISSIVE_CAPABILITIES, RealtimeProtocolCapabilities
+from ..realtime.errors import RealtimeProtocolError, error_body
+from ..realtime.formats import (
+    DEFAULT_INPUT_RATE_HZ,
+    DEFAULT_OUTPUT_RATE_HZ,
+    INPUT_AUDIO_FORMATS,
+    OUTPUT_AUDIO_FORMATS,
+    AudioFormat,
+    parse_audio_format,
+    parse_input_format,
+    parse_output_format,
+)
+from ..realtime.items import (
+    assistant_item_id,
+    normalize_item,
+    response_id_of_item,
+    truncate_item,
+    truncate_transcript,
+    validate_truncate,
+)
+from ..realtime.session import (
+    RealtimeInputDefaults,
+    build_session_object,
+    next_input_defaults,
+    ref_audio_digest,
+    validate_session,
+)
+from ..realtime.turn_detection import (
+    check_overlap_policy,
+    overlap_policy_for,
+    turn_detection_of,
+    validate_turn_detection,
+)
+from . import commands, events
+from .commands import command_from_realtime, decode_client_frame, parse_client_frame
+from .errors import ERROR_CLASS_BY_CODE, DuplexCommandError, error_class_for
+from .events import DuplexEvent, ErrorEvent, event_from_realtime
+
+__all__ = [
+    "DEFAULT_INPUT_RATE_HZ",
+    "DEFAULT_OUTPUT_RATE_HZ",
+    "ERROR_CLASS_BY_CODE",
+    "INPUT_AUDIO_FORMATS",
+    "OUTPUT_AUDIO_FORMATS",
+    "PERMISSIVE_CAPABILITIES",
+    "AudioFormat",
+    "Dialect",
+    "DuplexCommandError",
+    "DuplexEvent",
+    "ErrorEvent",
+    "InputAudioConverter",
+    "OutputAudioEncoder",
+    "RealtimeAudioAppend",
+    "RealtimeCommand",
+    "RealtimeEvent",
+    "RealtimeInputDefaults",
+    "RealtimeProtocolCapabilities",
+    "RealtimeProtocolError",
+    "assistant_item_id",
+    "b64decode_strict",
+    "b64encode_str",
+    "build_session_object",
+    "check_overlap_policy",
+    "command_from_realtime",
+    "commands",
+    "decode_audio",
+    "decode_audio_append",
+    "decode_client_frame",
+    "decode_wav",
+    "encode_audio",
+    "encode_wav",
+    "error_body",
+    "error_class_for",
+    "event_from_realtime",
+    "events",
+    "new_event_id",
+    "next_input_defaults",
+    "normalize_item",
+    "overlap_policy_for",
+    "parse_audio_format",
+    "parse_client_frame",
+    "parse_input_format",
+    "parse_output_format",
+    "ref_audio_digest",
+    "resample",
+    "response_id_of_item",
+    "rms",
+    "truncate_item",
+    "truncate_transcript",
+    "turn_detection_of",
+    "validate_session",
+    "validate_truncate",
+    "validate_turn_detection",
+]

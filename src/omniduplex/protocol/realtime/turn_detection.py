@@ -1,0 +1,137 @@
+"""``turn_detection`` in a session object: where it is, what we accept, what we echo.
+
+We serve OpenAI's ``server_vad`` (Silero, per session) or ``null`` (the client or the model
+decides turns). Anything else is refused rather than silently run as something it is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+from .errors import RealtimeProtocolError
+from .wire_values import fail, is_number, quote
+
+TURN_DETECTION_PARAM: Final = "turn_detection"
+TURN_DETECTION_CODE: Final = "unsupported_turn_detection"
+SERVER_VAD: Final = "server_vad"
+
+# Echoed under the client's own values; create_response follows OpenAI's default (decision 16).
+TURN_DETECTION_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType(
+    {
+        "type": SERVER_VAD,
+        "threshold": 0.5,
+        "prefix_padding_ms": 300,
+        "silence_duration_ms": 500,
+        "min_speech_duration_ms": 96,
+        "create_response": True,
+        "interrupt_response": True,
+    }
+)
+_DURATION_KEYS: Final = ("prefix_padding_ms", "silence_duration_ms", "min_speech_duration_ms")
+# OpenAI's own server_vad key; we have no idle-timeout prompt, so only null is accepted.
+_IDLE_TIMEOUT_KEY: Final = "idle_timeout_ms"
+TURN_DETECTION_KEYS: Final[frozenset[str]] = frozenset(TURN_DETECTION_DEFAULTS) | {
+    _IDLE_TIMEOUT_KEY
+}
+# Below this Silero fires on breathing and room noise.
+MIN_THRESHOLD_EXCLUSIVE: Final = 0.15
+
+BARGE_IN_ON_SPEECH: Final = "barge_in_on_speech"
+LISTEN_ONLY: Final = "listen_only"
+
+
+def _refuse(message: str) -> RealtimeProtocolError:
+    return fail(message, TURN_DETECTION_PARAM, TURN_DETECTION_CODE)
+
+
+def turn_detection_of(session: Mapping[str, Any]) -> tuple[bool, Any, str]:
+    """``(present, raw value, where)`` of a session's turn detection.
+
+    ``audio.input.turn_detection`` wins over the flat ``turn_detection`` when both are given;
+    a key given as ``null`` is present (it turns detection off).
+    """
+    audio = session.get("audio")
+    audio_input = audio.get("input") if isinstance(audio, Mapping) else None
+    if isinstance(audio_input, Mapping) and "turn_detection" in audio_input:
+        return True, audio_input["turn_detection"], "audio.input.turn_detection"
+    if "turn_detection" in session:
+        return True, session["turn_detection"], "turn_detection"
+    return False, None, "turn_detection"
+
+
+def validate_turn_detection(raw: Any, *, field: str = "turn_detection") -> dict[str, Any] | None:
+    """The normalised turn detection (defaults under the client's values), or ``None``.
+
+    Raises ``unsupported_turn_detection`` (param ``turn_detection``) for anything but
+    ``null`` or a valid ``server_vad`` object.
+    """
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise _refuse(f"{field} must be an object or null")
+    kind = raw.get("type")
+    if kind != SERVER_VAD:
+        raise _refuse(f"{field}.type must be 'server_vad' (got {quote(kind)})")
+    unknown = sorted(str(key) for key in raw if key not in TURN_DETECTION_KEYS)
+    if unknown:
+        shown = ", ".join(quote(key) for key in unknown[:5])
+        raise _refuse(f"Unknown {field} field(s): {shown}")
+    out = dict(TURN_DETECTION_DEFAULTS)
+    threshold = raw.get("threshold")
+    if threshold is not None:
+        if not is_number(threshold) or not MIN_THRESHOLD_EXCLUSIVE < threshold <= 1:
+            raise _refuse(
+                f"{field}.threshold must be a number > {MIN_THRESHOLD_EXCLUSIVE} and <= 1"
+            )
+        out["threshold"] = threshold
+    for key in _DURATION_KEYS:
+        value = raw.get(key)
+        if value is None:
+            continue
+        if not is_number(value) or value < 0:
+            raise _refuse(f"{field}.{key} must be a number >= 0")
+        out[key] = int(value) if isinstance(value, float) and value.is_integer() else value
+    create_response = raw.get("create_response")
+    if create_response is not None:
+        if not isinstance(create_response, bool):
+            raise _refuse(f"{field}.create_response must be a boolean")
+        out["create_response"] = create_response
+    interrupt = raw.get("interrupt_response")
+    if interrupt is not None and interrupt is not True:
+        raise _refuse(
+            f"{field}.interrupt_response=false is unsupported; "
+            "use turn_detection=null for model-owned listen/speak"
+        )
+    if raw.get(_IDLE_TIMEOUT_KEY) is not None:
+        raise _refuse(f"{field}.{_IDLE_TIMEOUT_KEY} is unsupported")
+    return out
+
+
+def overlap_policy_for(turn_detection: Mapping[str, Any] | None) -> str:
+    """The overlap policy a turn detection implies: VAD barges in, no VAD only listens."""
+    return BARGE_IN_ON_SPEECH if turn_detection is not None else LISTEN_ONLY
+
+
+def check_overlap_policy(session: Mapping[str, Any], turn_detection: Any, *, present: bool) -> None:
+    """Refuse an ``overlap_policy`` that contradicts the turn detection sent with it.
+
+    Only the two policies a turn detection implies can contradict it; other strings are the
+    engine's to normalise. Without a turn detection in the same object there is nothing to
+    compare against here (the session's current one is engine state).
+    """
+    if not present:
+        return
+    extra = session.get("extra_body")
+    policy = session.get("overlap_policy")
+    if policy is None and isinstance(extra, Mapping):
+        policy = extra.get("overlap_policy")
+    if policy not in (BARGE_IN_ON_SPEECH, LISTEN_ONLY):
+        return
+    implied = overlap_policy_for(turn_detection)
+    if policy != implied:
+        raise _refuse(
+            f"overlap_policy {policy!r} contradicts turn_detection "
+            f"({'server_vad' if turn_detection is not None else 'null'} requires {implied!r})"
+        )
