@@ -1,0 +1,86 @@
+"""Engine-internal identities and the seam between sessions and the stage machinery."""
+
+from __future__ import annotations
+
+import base64
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+_ROLE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class DuplexFence:
+    """Which incarnation of a session's work something belongs to.
+
+    ``epoch`` advances on every accepted cancel; anything bound to an older epoch is stale.
+    """
+
+    session_id: str
+    epoch: int = 0
+    turn_id: int = 0
+
+    def is_older_than(self, other: DuplexFence) -> bool:
+        return (self.epoch, self.turn_id) < (other.epoch, other.turn_id)
+
+
+def stage_request_id(fence: DuplexFence, role: str) -> str:
+    """``duplex-s.<b64 session id>.e.<epoch>.r.<role>``: one stage request of one epoch."""
+    if not _ROLE.match(role):
+        raise ValueError(f"invalid stage request role: {role!r}")
+    encoded = base64.urlsafe_b64encode(fence.session_id.encode()).decode().rstrip("=")
+    return f"duplex-s.{encoded}.e.{fence.epoch}.r.{role}"
+
+
+def session_id_of_request(request_id: str) -> str | None:
+    """The session a stage request id belongs to, or ``None`` if it is not a session's."""
+    parts = request_id.split(".")
+    if len(parts) != 6 or parts[0] != "duplex-s" or parts[2] != "e" or parts[4] != "r":
+        return None
+    if not parts[3].isdigit() or not _ROLE.match(parts[5]):
+        return None
+    padded = parts[1] + "=" * (-len(parts[1]) % 4)
+    try:
+        return base64.urlsafe_b64decode(padded).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def epoch_of_request(request_id: str) -> int | None:
+    parts = request_id.split(".")
+    if len(parts) == 6 and parts[3].isdigit():
+        return int(parts[3])
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class StageSubmission:
+    """One unit of session input for a stage: opens the request or updates it."""
+
+    request_id: str
+    stage_index: int
+    data: dict[str, Any]
+    final: bool = False
+
+
+class DuplexStagePort(ABC):
+    """What a session may do to the stage machinery; implemented by the orchestrator."""
+
+    @property
+    @abstractmethod
+    def stage_count(self) -> int: ...
+
+    @abstractmethod
+    def submit(self, submission: StageSubmission) -> None:
+        """Send input to a stage: the first submission of an id opens the request."""
+
+    @abstractmethod
+    def abort_requests(self, request_ids: Sequence[str]) -> None:
+        """Abort requests in every stage; their later outputs are dropped."""
+
+    @abstractmethod
+    async def cleanup(self, request_ids: Sequence[str]) -> None:
+        """Release everything the stages hold for these requests (abort + forget)."""

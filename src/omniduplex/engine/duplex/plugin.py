@@ -1,0 +1,177 @@
+"""The one class a model provides to be served as a duplex session.
+
+A plugin turns session input into stage submissions and stage outputs into typed model
+results; the session runner owns everything else (ledgers, events, epochs). Plugins never
+see the wire.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .capabilities import DuplexCapabilities
+from .contracts import DuplexFence
+
+
+class DuplexRuntimeConfigError(ValueError):
+    """A session setting the plugin refuses; ``code`` and ``param`` go on the wire."""
+
+    def __init__(
+        self, message: str, *, code: str = "invalid_duplex_runtime_config", param: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.param = param
+
+
+# ---- model results: what a data plane yields for one stage output -----------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModelAudio:
+    """One unit of reply audio (float32 mono at the plugin's output rate) and its text."""
+
+    samples: np.ndarray
+    text: str = ""
+    end_of_turn: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelText:
+    """Text-only output of a response (no audio for it)."""
+
+    delta: str
+    end_of_turn: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpeak:
+    """The model decided to speak (model-native plugins open responses this way)."""
+
+    reason: str = "model_speak"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelListen:
+    """The model decided to listen; ends an open response that produced nothing more."""
+
+    reason: str = "model_listen"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInputTranscript:
+    """What the model heard the user say (partial while speaking, final at the end)."""
+
+    text: str
+    final: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ModelError:
+    """The model failed this response; the session goes on."""
+
+    code: str
+    message: str
+
+
+ModelResult = ModelAudio | ModelText | ModelSpeak | ModelListen | ModelInputTranscript | ModelError
+
+
+# ---- per-session model state and the plugin ---------------------------------------
+
+
+class DuplexModelSessionState(ABC):
+    """Whatever the model keeps per session between units (owned by the runner)."""
+
+    @abstractmethod
+    def reset_turn(self) -> None:
+        """Forget per-turn input (called on commit, clear and cancel)."""
+
+
+@dataclass(slots=True)
+class ResponseRequest:
+    """Everything a turn-based plugin needs to start one response."""
+
+    fence: DuplexFence
+    response_id: str
+    input_audio: np.ndarray
+    input_text: str
+    history: Sequence[Mapping[str, Any]]
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+class DuplexDataPlane(ABC):
+    """Projects raw stage outputs into model results."""
+
+    @abstractmethod
+    def project(self, data: Mapping[str, Any]) -> Sequence[ModelResult]: ...
+
+
+class DuplexModelPlugin(ABC):
+    """A model served as duplex sessions.
+
+    ``input_sample_rate_hz`` / ``output_sample_rate_hz`` are the rates the model consumes
+    and produces; the engine resamples client audio to the former and model audio to the
+    session's output rate. ``streams_input``: every unit of input audio is submitted to
+    stage 0 as it arrives (model-native duplex); otherwise the engine buffers the turn and
+    hands it over at response start.
+    """
+
+    plugin_id: str = ""
+    input_sample_rate_hz: int = 16_000
+    output_sample_rate_hz: int = 24_000
+    streams_input: bool = False
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        self.options: dict[str, Any] = dict(options or {})
+
+    @property
+    @abstractmethod
+    def data_plane(self) -> DuplexDataPlane: ...
+
+    @abstractmethod
+    def capabilities(self, *, max_sessions: int) -> DuplexCapabilities: ...
+
+    @abstractmethod
+    def create_session_state(self, config: Mapping[str, Any]) -> DuplexModelSessionState: ...
+
+    def validate_session_config(self, config: Mapping[str, Any]) -> None:
+        """Refuse settings the model cannot honour (raise DuplexRuntimeConfigError).
+
+        The default accepts everything the codec already validated.
+        """
+        return None
+
+    def plan_input_unit(
+        self, state: DuplexModelSessionState, samples: np.ndarray, *, fence: DuplexFence
+    ) -> dict[str, Any] | None:
+        """Stage-0 data for one streamed unit of input (streaming plugins only)."""
+        return None
+
+    @abstractmethod
+    def plan_response(
+        self, state: DuplexModelSessionState, request: ResponseRequest
+    ) -> dict[str, Any]:
+        """Stage-0 data that starts one response of a turn-based plugin."""
+
+
+def load_duplex_plugin(path: str, options: Mapping[str, Any] | None = None) -> DuplexModelPlugin:
+    """Instantiate ``package.module:Class`` (or ``package.module.Class``)."""
+    module_name, sep, class_name = path.partition(":")
+    if not sep:
+        module_name, _, class_name = path.rpartition(".")
+    if not module_name or not class_name:
+        raise ValueError(f"Invalid duplex plugin path: {path!r}")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    if not (isinstance(cls, type) and issubclass(cls, DuplexModelPlugin)):
+        raise TypeError(f"{path} is not a DuplexModelPlugin")
+    plugin = cls(options)
+    if not plugin.plugin_id:
+        raise TypeError("Duplex plugin must declare plugin_id")
+    return plugin
