@@ -90,8 +90,11 @@ def test_both_spellings_follow_the_negotiated_formats() -> None:
         input_format=AudioFormat(PCM16, 16000), output_format=AudioFormat(PCM16, 48000)
     )
     obj = stock_object(formats=at_16k)
-    assert obj["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 16000}
-    assert obj["audio"]["output"]["format"] == {"type": "audio/pcm", "rate": 48000}
+    # OpenAI's schema allows rate 24000 only; other rates are stated beside the format.
+    assert obj["audio"]["input"]["format"] == {"type": "audio/pcm"}
+    assert obj["audio"]["input"]["sample_rate_hz"] == 16000
+    assert obj["audio"]["output"]["format"] == {"type": "audio/pcm"}
+    assert obj["audio"]["output"]["sample_rate_hz"] == 48000
 
 
 def test_ref_audio_is_reported_by_digest() -> None:

@@ -47,9 +47,7 @@ class _WirePlan:
         rendered = [n for n in names if n not in IDENTITY_FIELDS or n in cls.rendered_identity]
         self.fields: tuple[str, ...] = tuple(n for n in rendered if n != "event_id")
         self.optional: frozenset[str] = frozenset(cls.optional_fields)
-        self.snapshot_fields: tuple[str, ...] = tuple(
-            n for n in names if n not in IDENTITY_FIELDS
-        )
+        self.snapshot_fields: tuple[str, ...] = tuple(n for n in names if n not in IDENTITY_FIELDS)
 
 
 @dataclass(kw_only=True, slots=True)

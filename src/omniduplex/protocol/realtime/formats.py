@@ -26,6 +26,7 @@ G711_DEFAULT_RATE_HZ: Final = 8_000
 # OpenAI defines pcm16 as 24 kHz; a stock client sends that unless it states a rate.
 DEFAULT_INPUT_RATE_HZ: Final = 24_000
 DEFAULT_OUTPUT_RATE_HZ: Final = 24_000
+OPENAI_PCM_RATE_HZ: Final = 24_000
 
 _SPELLINGS: Final[dict[str, str]] = {
     "audio/pcm": PCM16,
@@ -89,9 +90,14 @@ class AudioFormat:
         return default
 
     def ga_object(self) -> dict[str, Any]:
-        """The GA session-object form, e.g. ``{"type": "audio/pcm", "rate": 24000}``."""
+        """The GA session-object form, e.g. ``{"type": "audio/pcm", "rate": 24000}``.
+
+        OpenAI's schema allows ``rate`` only as 24000 on ``audio/pcm``; any other rate is
+        stated beside the format as ``sample_rate_hz`` by the session object's builder.
+        """
         obj: dict[str, Any] = {"type": _GA_TYPE_BY_FORMAT.get(self.name, "audio/pcm")}
-        if self.rate is not None and self.name in (PCM16, PCM_F32LE):
+        openai_rate = self.name == PCM16 and self.rate == OPENAI_PCM_RATE_HZ
+        if openai_rate or (self.name == PCM_F32LE and self.rate is not None):
             obj["rate"] = self.rate
         return obj
 
@@ -115,9 +121,7 @@ def validate_sample_rate(raw: Any, *, param: str = "sample_rate_hz") -> int:
     except OverflowError:  # an int too large for a float is no sample rate either
         finite = False
     if not finite or int(raw) != raw:
-        raise RealtimeProtocolError(
-            f"{param} must be a finite integer", "bad_event", param=param
-        )
+        raise RealtimeProtocolError(f"{param} must be a finite integer", "bad_event", param=param)
     rate = int(raw)
     if not MIN_SAMPLE_RATE_HZ <= rate <= MAX_SAMPLE_RATE_HZ:
         raise RealtimeProtocolError(

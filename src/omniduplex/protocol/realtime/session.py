@@ -28,6 +28,7 @@ from .capabilities import PERMISSIVE_CAPABILITIES, RealtimeProtocolCapabilities
 from .errors import RealtimeProtocolError
 from .formats import (
     DEFAULT_INPUT_RATE_HZ,
+    DEFAULT_OUTPUT_RATE_HZ,
     PCM16,
     AudioFormat,
 )
@@ -376,12 +377,14 @@ def build_session_object(
         "audio": {
             "input": {
                 "format": input_ga,
+                "sample_rate_hz": fmt.input_sample_rate_hz,
                 "transcription": _json(transcription),
                 "noise_reduction": _json(noise_reduction),
                 "turn_detection": _json(detection),
             },
             "output": {
                 "format": fmt.output_format.ga_object(),
+                "sample_rate_hz": fmt.output_format.effective_rate(DEFAULT_OUTPUT_RATE_HZ),
                 "voice": voice,
                 "speed": speed,
             },

@@ -1,0 +1,45 @@
+"""Deploy-level session limits (the ``duplex_session`` block of a deploy YAML).
+
+Clients never set these. ``max_sessions`` bounds admission; the byte and turn limits bound
+what one session may queue; the outbox limits bound what the server holds for a client
+that stops reading (DESIGN decision 13).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class DuplexSessionRuntimeConfig:
+    max_sessions: int = 16
+    idle_ttl_s: float | None = 300.0
+    disconnect_grace_s: float = 30.0
+    reaper_interval_s: float = 1.0
+    resume_replay_ttl_s: float = 60.0
+    resume_replay_max_bytes_per_session: int = 8 * 1024 * 1024
+    max_pending_input_bytes_per_session: int = 16 * 1024 * 1024
+    max_pending_turns_per_session: int = 4
+    max_outbox_events_per_session: int = 2048
+    max_outbox_bytes_per_session: int = 8 * 1024 * 1024
+    max_idle_timeout_s: float = 3600.0
+    offload_workers: int = 4
+
+    def __post_init__(self) -> None:
+        if self.idle_ttl_s is not None and self.idle_ttl_s <= 0:
+            raise ValueError("duplex_session.idle_ttl_s must be positive or null")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name != "idle_ttl_s" and (not isinstance(value, int | float) or value <= 0):
+                raise ValueError(f"duplex_session.{f.name} must be positive")
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any] | None) -> DuplexSessionRuntimeConfig:
+        raw = dict(raw or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(f"unknown duplex_session setting(s): {', '.join(unknown)}")
+        return cls(**raw)
