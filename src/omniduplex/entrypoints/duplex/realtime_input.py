@@ -1,0 +1,356 @@
+"""One connection's Realtime envelope: dialect, handshake rules, frame decoding, errors.
+
+``RealtimeEnvelope`` is sans-I/O. The route builds it from the WebSocket request
+(``from_request``) and feeds it what the socket delivers; it answers with typed commands
+or raises ``DuplexCommandError`` carrying the wire code, the client's ``event_id`` and the
+offending ``param``, which ``error_frame_for`` renders.
+
+Query parameters and headers:
+
+* ``dialect`` (decision 1): GA unless ``?dialect=beta``, or the ``OpenAI-Beta:
+  realtime=v1`` header, or the browser subprotocol ``openai-beta.realtime-v1``. An explicit
+  ``?dialect=ga|beta`` wins over the header.
+* ``model``: the default session's model.
+* ``autostart`` (``0|false|no|off``) and ``resume`` (``1|true|yes|on``): resume-only.
+* ``duplex``: routing only (``duplex_requested``); the envelope just records it.
+
+A flag or dialect with any other value is refused (``bad_event``, ``param`` = the query
+parameter), rather than silently read as its default; an empty value counts as absent.
+
+Handshake (decisions 9 and 17):
+
+1. ``initial_open()``: with ``?model=`` and no resume-only flag the session opens at once
+   with ``{"model": ...}`` before anything is read, so ``session.created`` is the first
+   event a stock OpenAI client sees. Fires at most once.
+2. Otherwise ``first_message(frame)`` classifies the first frame: ``session.resume`` ->
+   resume; ``session.update`` -> open with its session object; anything else -> open the
+   default session, then handle the decoded command. On a resume-only connection
+   (``?resume=1`` / ``?autostart=0``) every first message but ``session.resume`` is
+   refused with ``session_required``. A refused first message changes nothing: the route
+   answers the error and may keep reading until ``CONFIG_TIMEOUT_S``.
+3. ``bind_session(session_id, sequencer)`` once the session is open or resumed. From then
+   on ``decode(frame)`` handles every frame; ``session.resume`` is refused there with
+   ``unsupported_session_resume``.
+
+Errors and ``server_event_seq`` (decision 2): before a session is bound, errors are
+transport-local and carry no seq (``error_frame`` encodes them directly). Once bound, the
+same call passes the rendered error through ``sequencer`` (normally the route's "journal
+and enqueue on the session's outbound path", built on
+``DuplexSessionAttachmentRegistry.sequence``), so it is numbered and replayable like
+every other event of the session.
+
+Input defaults: a ``session.update`` the codec accepted is folded into ``defaults``
+(``next_input_defaults``) as soon as it is decoded, because appends pipelined right behind
+it must already decode with the new format. ``adopt_session`` seeds them from an effective
+session object (``session.created`` / ``session.resumed``), so a resumed connection picks
+up the formats the session negotiated before (the serving layer keeps no copy of them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import orjson
+
+from omniduplex.protocol.duplex import (
+    Dialect,
+    DuplexCommandError,
+    ErrorEvent,
+    RealtimeCommand,
+    RealtimeEvent,
+    RealtimeInputDefaults,
+    command_from_realtime,
+    next_input_defaults,
+    parse_client_frame,
+)
+from omniduplex.protocol.duplex.commands import (
+    MAX_EVENT_BYTES,
+    MAX_ID_CHARS,
+    AckEvents,
+    ResumeSession,
+    UpdateSession,
+)
+
+#: How long the route waits for the first message when nothing autostarts.
+CONFIG_TIMEOUT_S: Final = 10.0
+TRUE_VALUES: Final = frozenset({"1", "true", "yes", "on"})
+FALSE_VALUES: Final = frozenset({"0", "false", "no", "off"})
+BETA_HEADER: Final = "openai-beta"
+BETA_HEADER_TOKEN: Final = "realtime=v1"
+BETA_SUBPROTOCOL: Final = "openai-beta.realtime-v1"
+
+Sequencer = Callable[[dict[str, Any]], bytes]
+FirstKind = Literal["resume", "open", "open_default"]
+
+
+def encode_frame(rendered: Mapping[str, Any]) -> bytes:
+    """The wire bytes of a rendered event that is not part of a session's stream."""
+    return orjson.dumps(rendered)
+
+
+def _query_error(name: str, message: str) -> DuplexCommandError:
+    return DuplexCommandError(message, "bad_event", param=name)
+
+
+def query_flag(query: Mapping[str, Any], name: str) -> bool | None:
+    """A boolean query parameter: ``None`` when absent or empty; refuses anything else
+    that is not one of the recognised spellings."""
+    raw = query.get(name)
+    value = "" if raw is None else str(raw).strip().lower()
+    if not value:
+        return None
+    if value in TRUE_VALUES:
+        return True
+    if value in FALSE_VALUES:
+        return False
+    raise _query_error(name, f"query parameter {name} must be one of 1/0, true/false, on/off")
+
+
+def duplex_requested(query: Mapping[str, Any]) -> bool:
+    """Whether ``?duplex`` leaves the connection on the duplex path (absent: yes)."""
+    return query_flag(query, "duplex") is not False
+
+
+def _header(headers: Mapping[str, Any] | Iterable[tuple[Any, Any]], name: str) -> list[str]:
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out = []
+    for key, value in items:
+        key_text = key.decode("latin-1") if isinstance(key, bytes) else str(key)
+        if key_text.lower() == name:
+            out.append(value.decode("latin-1") if isinstance(value, bytes) else str(value))
+    return out
+
+
+def select_dialect(
+    query: Mapping[str, Any],
+    headers: Mapping[str, Any] | Iterable[tuple[Any, Any]] = (),
+    subprotocols: Iterable[str] = (),
+) -> Dialect:
+    """Decision 1: ``?dialect=`` if given, else beta on the beta header/subprotocol."""
+    raw = query.get("dialect")
+    if raw is not None:
+        value = str(raw).strip().lower()
+        if value == "ga":
+            return "ga"
+        if value == "beta":
+            return "beta"
+        raise _query_error("dialect", "query parameter dialect must be 'ga' or 'beta'")
+    for value in _header(headers, BETA_HEADER):
+        tokens = {token.strip().lower().replace(" ", "") for token in value.split(",")}
+        if BETA_HEADER_TOKEN in tokens:
+            return "beta"
+    if any(str(p).strip().lower() == BETA_SUBPROTOCOL for p in subprotocols):
+        return "beta"
+    return "ga"
+
+
+@dataclass(frozen=True, slots=True)
+class FirstMessage:
+    """What the first frame asks for.
+
+    ``resume``: ``command`` is the ``ResumeSession``. ``open``: open with
+    ``session_payload`` (the ``session.update``'s session object); ``command`` is the
+    ``UpdateSession`` (already folded into the defaults; do not submit it again).
+    ``open_default``: open with ``session_payload`` ``{"model": default_model}``, then
+    handle ``command`` exactly as a later frame's command.
+    """
+
+    kind: FirstKind
+    command: RealtimeCommand
+    session_payload: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class RealtimeEnvelope:
+    """The transport state of one WebSocket connection (not of the session)."""
+
+    dialect: Dialect = "ga"
+    default_model: str | None = None
+    resume_only: bool = False
+    duplex: bool | None = None
+    defaults: RealtimeInputDefaults = field(default_factory=RealtimeInputDefaults)
+    max_event_bytes: int = MAX_EVENT_BYTES
+    session_id: str | None = None
+    sequencer: Sequencer | None = field(default=None, repr=False)
+    _autostart_done: bool = field(default=False, repr=False)
+
+    @classmethod
+    def from_request(
+        cls,
+        query: Mapping[str, Any],
+        headers: Mapping[str, Any] | Iterable[tuple[Any, Any]] = (),
+        subprotocols: Iterable[str] = (),
+        *,
+        max_event_bytes: int = MAX_EVENT_BYTES,
+    ) -> RealtimeEnvelope:
+        """Read query parameters and headers; raises ``DuplexCommandError`` (``bad_event``)
+        for a malformed flag or dialect. Render that error with ``error_frame_for`` on a
+        GA envelope (the dialect is what failed)."""
+        model = query.get("model")
+        model = str(model).strip() if model is not None else ""
+        resume = query_flag(query, "resume")
+        autostart = query_flag(query, "autostart")
+        return cls(
+            dialect=select_dialect(query, headers, subprotocols),
+            default_model=model or None,
+            resume_only=resume is True or autostart is False,
+            duplex=query_flag(query, "duplex"),
+            max_event_bytes=max_event_bytes,
+        )
+
+    # ---- handshake ------------------------------------------------------------------
+
+    @property
+    def opened(self) -> bool:
+        return self.session_id is not None
+
+    def initial_open(self) -> dict[str, Any] | None:
+        """Decision 17: the session payload to open before reading anything, or ``None``.
+
+        Non-``None`` only once, on a connection with ``?model=`` that is not resume-only.
+        """
+        if self._autostart_done or self.opened or self.resume_only or not self.default_model:
+            return None
+        self._autostart_done = True
+        return {"model": self.default_model}
+
+    def first_message(self, frame: str | bytes) -> FirstMessage:
+        """Classify the connection's first frame (see the module docstring)."""
+        obj = self._parse(frame)
+        wire_type = obj["type"]
+        if self.resume_only and wire_type != ResumeSession.type:
+            raise DuplexCommandError(
+                "this connection is resume-only (?resume=1 or ?autostart=0): "
+                "its first message must be session.resume",
+                "session_required",
+                event_id=_event_id(obj),
+                param="type",
+            )
+        command = command_from_realtime(obj, defaults=self.defaults)
+        if isinstance(command, ResumeSession):
+            return FirstMessage("resume", command)
+        if isinstance(command, UpdateSession) and wire_type == UpdateSession.type:
+            self._fold(command)
+            return FirstMessage("open", command, dict(command.patch))
+        return FirstMessage("open_default", command, {"model": self.default_model})
+
+    def bind_session(self, session_id: str, sequencer: Sequencer | None = None) -> None:
+        """The session exists: errors now go through ``sequencer`` (journaled, numbered)."""
+        self.session_id = session_id
+        self.sequencer = sequencer
+
+    def adopt_session(self, session: Mapping[str, Any] | None) -> RealtimeInputDefaults:
+        """Seed the input defaults from an effective session object (open or resume)."""
+        if isinstance(session, Mapping):
+            self.defaults = next_input_defaults(RealtimeInputDefaults(), session)
+        return self.defaults
+
+    # ---- frames ---------------------------------------------------------------------
+
+    def decode(self, frame: str | bytes) -> RealtimeCommand:
+        """One frame of an open connection -> its command.
+
+        ``AckEvents`` (``session.event_ack``) is the route's to apply to the journal; every
+        other command goes to the engine. Raises ``DuplexCommandError``:
+        ``binary_frame_unsupported``, ``event_too_large``, ``invalid_json``,
+        ``bad_event``, ``unknown_event`` (with the client's ``event_id``),
+        ``unsupported_session_resume`` for a late ``session.resume``, or the codec's code
+        for an invalid payload.
+        """
+        obj = self._parse(frame)
+        if obj["type"] == ResumeSession.type:
+            raise DuplexCommandError(
+                "session.resume must be the first message of a new connection",
+                "unsupported_session_resume",
+                event_id=_event_id(obj),
+            )
+        command = command_from_realtime(obj, defaults=self.defaults)
+        if isinstance(command, UpdateSession):
+            self._fold(command)
+        return command
+
+    def _parse(self, frame: str | bytes) -> dict[str, Any]:
+        if not isinstance(frame, str):
+            raise DuplexCommandError(
+                "binary frames are not supported: send each event as a JSON text frame",
+                "binary_frame_unsupported",
+            )
+        return parse_client_frame(frame, max_bytes=self.max_event_bytes)
+
+    def _fold(self, command: UpdateSession) -> None:
+        self.defaults = next_input_defaults(self.defaults, command.patch)
+
+    # ---- outbound -------------------------------------------------------------------
+
+    def render(self, event: RealtimeEvent) -> dict[str, Any] | None:
+        """``event`` in this connection's dialect (``None``: the dialect lacks it)."""
+        return event.to_realtime(self.dialect)
+
+    def error_event(
+        self,
+        code: str,
+        message: str,
+        *,
+        event_id: str | None = None,
+        param: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The rendered ``error`` envelope (decision 3); ``event_id`` is the client's."""
+        event = ErrorEvent.build(code, message, event_id=event_id, param=param, extra=extra)
+        rendered = event.to_realtime(self.dialect)
+        assert rendered is not None  # "error" exists in both dialects
+        return rendered
+
+    def error_frame(
+        self,
+        code: str,
+        message: str,
+        *,
+        event_id: str | None = None,
+        param: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> bytes:
+        """The error's wire bytes: sequenced once a session is bound, local before."""
+        rendered = self.error_event(code, message, event_id=event_id, param=param, extra=extra)
+        if self.sequencer is not None:
+            return self.sequencer(rendered)
+        return encode_frame(rendered)
+
+    def error_frame_for(self, exc: Exception, *, event_id: str | None = None) -> bytes:
+        """``error_frame`` for a typed refusal: a ``DuplexCommandError`` /
+        ``RealtimeProtocolError`` or a transport error with ``code`` and ``message``.
+        ``event_id`` (the answered client event's) is used when ``exc`` has none."""
+        code = getattr(exc, "code", None) or "internal_error"
+        message = getattr(exc, "message", None) or str(exc) or code
+        return self.error_frame(
+            code,
+            message,
+            event_id=getattr(exc, "event_id", None) or event_id,
+            param=getattr(exc, "param", None),
+        )
+
+
+def _event_id(obj: Mapping[str, Any]) -> str | None:
+    raw = obj.get("event_id")
+    return raw if isinstance(raw, str) and 0 < len(raw) <= MAX_ID_CHARS else None
+
+
+__all__ = [
+    "BETA_HEADER",
+    "BETA_SUBPROTOCOL",
+    "CONFIG_TIMEOUT_S",
+    "FALSE_VALUES",
+    "MAX_EVENT_BYTES",
+    "TRUE_VALUES",
+    "AckEvents",
+    "FirstMessage",
+    "RealtimeEnvelope",
+    "ResumeSession",
+    "Sequencer",
+    "duplex_requested",
+    "encode_frame",
+    "query_flag",
+    "select_dialect",
+]
