@@ -1,0 +1,1 @@
+"""One engine-resident duplex session and everything that runs it."""

@@ -1,0 +1,382 @@
+"""User input of one session: appends, commits, clears, text, items, session updates.
+
+Part of the session runner (single writer). Decoding and resampling an append is
+offloaded to the manager's thread pool inside a tracked input task; the task re-checks
+the session's input generation after the await, so input cancelled meanwhile is dropped
+and nothing of it reaches the conversation or a stage.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ....protocol.duplex import InputAudioConverter, RealtimeProtocolError, rms
+from ....protocol.duplex import commands as cmd
+from ..contracts import StageSubmission, stage_request_id
+from ..plugin import DuplexRuntimeConfigError, ModelInputTranscript
+from .history import StoredItem
+from .lease import LeaseActivity
+from .state import InputTurn, TurnState, new_item_id
+from .turn_detection import TurnDetector
+
+if TYPE_CHECKING:
+    from .runner import DuplexSessionRunner, TimerItem
+
+
+class InputFlow:
+    def __init__(self, runner: DuplexSessionRunner) -> None:
+        self.runner = runner
+        self.session = runner.session
+        self.out = runner.out
+        rate = runner.plugin.input_sample_rate_hz
+        self.rate_hz = rate
+        self._converter = InputAudioConverter(rate)
+        # Appends convert in pool threads one after another (the input tail orders them),
+        # but a cancelled task's conversion may still be running: the lock keeps the
+        # resampler's state from being used by two threads at once.
+        self._convert_lock = threading.Lock()
+        self._position = 0  # samples appended this session (the input audio clock)
+        self._stream_units = np.zeros(0, dtype=np.float32)
+
+    # ---- appends ----------------------------------------------------------------
+
+    def _convert(self, raw: bytes, fmt: str, rate: int) -> np.ndarray:
+        with self._convert_lock:
+            return self._converter.convert(raw, fmt, rate)
+
+    def on_append(self, command: cmd.AppendAudio) -> None:
+        session = self.session
+        generation = session.input_generation
+        runner = self.runner
+
+        released = False
+
+        def release(_task: Any = None) -> None:
+            # Once, on every path: converted, failed, or cancelled (even before starting).
+            nonlocal released
+            if not released:
+                released = True
+                session.reserved_input_bytes = max(
+                    0, session.reserved_input_bytes - len(command.audio)
+                )
+
+        async def work() -> None:
+            try:
+                samples = await runner.offload(
+                    self._convert, command.audio, command.format, command.sample_rate_hz
+                )
+            except RealtimeProtocolError as exc:
+                self.out.error(exc.code, exc.message, event_id=command.event_id)
+                return
+            finally:
+                release()
+            if runner.closing or session.input_generation != generation:
+                return  # the input was cancelled while it was being decoded
+            self._accept(samples, command)
+
+        runner.track_input(work).add_done_callback(release)
+
+    def _accept(self, samples: np.ndarray, command: cmd.AppendAudio) -> None:
+        session = self.session
+        settings = session.settings
+        try:
+            session.lease.touch(self.runner.clock(), LeaseActivity.APPEND)
+        except Exception:
+            return
+        turn = session.input
+        start_ms = self._position * 1000 // self.rate_hz
+        self._position += samples.size
+        turn.chunks.append(samples)
+        turn.samples += samples.size
+        turn.appended = True
+        hints = command.hints or {}
+        for key in ("transcript", "text"):
+            hint = hints.get(key)
+            if (
+                isinstance(hint, str)
+                and hint
+                and (not turn.transcript_hints or turn.transcript_hints[-1] != hint)
+            ):
+                turn.transcript_hints.append(hint)
+        detector = self.runner.turns
+        if detector is not None:
+            self._accept_with_vad(detector, samples, command)
+        else:
+            is_speech = command.is_speech
+            if is_speech is None:
+                is_speech = rms(samples) >= settings.overlap_silence_rms
+            if is_speech:
+                turn.speech_samples += samples.size
+                if not turn.speech_active:
+                    turn.speech_active = True
+                    turn.item_id = turn.item_id or new_item_id()
+                    turn.audio_start_ms = start_ms
+                    self.out.speech_started(start_ms, turn.item_id)
+                session.turn_state = TurnState.USER_SPEAKING
+                self._overlap(samples.size)
+        if self.runner.plugin.streams_input:
+            self._stream(samples)
+
+    def _accept_with_vad(
+        self, detector: TurnDetector, samples: np.ndarray, command: cmd.AppendAudio
+    ) -> None:
+        turn = self.session.input
+        if detector.speaking:
+            turn.speech_samples += samples.size
+        for event in detector.process(samples):
+            if event.kind == "started":
+                turn.speech_active = True
+                turn.speech_samples += samples.size
+                turn.item_id = turn.item_id or new_item_id()
+                turn.audio_start_ms = event.audio_ms
+                self.session.turn_state = TurnState.USER_SPEAKING
+                self.out.speech_started(event.audio_ms, turn.item_id)
+                if self.session.response is not None:
+                    self.out.overlap_decision(
+                        self.session.settings.overlap_policy,
+                        "barge_in",
+                        "server_vad_speech_started",
+                    )
+                    self.runner.responses.cancel("turn_detected")
+            elif event.kind == "stopped" and turn.speech_active:
+                turn.speech_active = False
+                self.out.speech_stopped(event.audio_ms, turn.item_id)
+                create = self.session.settings.turn_detection.get("create_response", True)
+                self.commit(create_response=bool(create), event_id=None, vad=True)
+
+    def _overlap(self, samples: int) -> None:
+        """Speech while the assistant talks, without server VAD: apply the overlap policy."""
+        session = self.session
+        response = session.response
+        if response is None:
+            return
+        settings = session.settings
+        session.overlap_speech_ms += samples * 1000 // self.rate_hz
+        if settings.overlap_policy != "barge_in_on_speech":
+            return
+        if session.overlap_speech_ms < settings.overlap_barge_in_ms:
+            return
+        session.overlap_speech_ms = 0
+        if not session.capabilities.supports_barge_in:
+            self.out.overlap_decision(settings.overlap_policy, "listen", "barge_in_unsupported")
+            return
+        self.out.overlap_decision(settings.overlap_policy, "barge_in", "barge_in_on_speech")
+        self.runner.responses.cancel("barge_in")
+
+    def _stream(self, samples: np.ndarray) -> None:
+        """Model-native plugins get every whole unit of input as it arrives."""
+        runner = self.runner
+        session = self.session
+        unit = self.rate_hz * session.capabilities.chunk_period_ms // 1000
+        self._stream_units = np.concatenate((self._stream_units, samples))
+        while self._stream_units.size >= unit:
+            chunk, self._stream_units = self._stream_units[:unit], self._stream_units[unit:]
+            data = runner.plugin.plan_input_unit(session.model_state, chunk, fence=session.fence)
+            if data is not None:
+                request_id = stage_request_id(session.fence, "stage0")
+                runner.submit_stage(StageSubmission(request_id, 0, data))
+
+    # ---- commit --------------------------------------------------------------------
+
+    def on_commit(self, command: cmd.Commit) -> None:
+        self.session.pending_turns = max(0, self.session.pending_turns - 1)
+        self.commit(
+            create_response=command.create_response,
+            event_id=command.event_id,
+            is_speech=command.is_speech,
+        )
+
+    def commit(
+        self,
+        *,
+        create_response: bool | None,
+        event_id: str | None,
+        is_speech: bool | None = None,
+        vad: bool = False,
+    ) -> None:
+        session = self.session
+        settings = session.settings
+        turn = session.input
+        with self._convert_lock:
+            tail = self._converter.flush()
+        if tail.size:
+            turn.chunks.append(tail)
+            turn.samples += tail.size
+        if not turn.appended:
+            self.out.error(
+                "input_audio_buffer_empty",
+                "input_audio_buffer.commit requires a non-empty input audio buffer",
+                event_id=event_id,
+            )
+            return
+        speech = turn.has_speech if is_speech is None else is_speech
+        item_id = turn.item_id or new_item_id()
+        if turn.speech_active and not vad:
+            self.out.speech_stopped(
+                turn.samples * 1000 // self.rate_hz + turn.audio_start_ms, item_id
+            )
+        transcript = " ".join(turn.transcript_hints).strip()
+        part: dict[str, Any] = {"type": "input_audio", "transcript": transcript or None}
+        if not speech:
+            part = {"type": "input_audio", "transcript": ""}
+        item = {
+            "id": item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": "user",
+            "status": "completed",
+            "content": [part],
+        }
+        audio = turn.audio()
+        session.input = InputTurn()
+        if self.runner.turns is not None:
+            self.runner.turns.reset()
+        previous = session.items.add(StoredItem(item=item, input_commit_seq=session.commit_seq + 1))
+        session.commit_seq += 1
+        session.turn_state = TurnState.USER_COMMITTED
+        self.out.user_item_committed(item, previous, transcript if speech else "")
+        if not speech:
+            self.out.listen("silence_or_noise", None)
+            return
+        if create_response is None:
+            create_response = bool(settings.auto_response)
+        if not create_response:
+            session.committed_input = audio
+            return
+        if session.response is not None:
+            overlap_ms = audio.size * 1000 // self.rate_hz
+            if overlap_ms <= settings.overlap_short_ack_ms:
+                self.out.overlap_decision(settings.overlap_policy, "drop", "short_ack")
+                return
+            session.deferred_commit = {"audio": audio}
+            self.out.overlap_decision(
+                settings.overlap_policy, "listen", "accumulating_overlap_speech"
+            )
+            return
+        session.committed_input = audio
+        self.runner.responses.start()
+
+    def promote_deferred(self, deferred: dict[str, Any]) -> None:
+        self.session.committed_input = deferred["audio"]
+        self.runner.responses.start()
+
+    # ---- clear / cancel input ----------------------------------------------------------
+
+    def on_clear(self, command: cmd.ClearInput) -> None:
+        self.drop_input()
+        self.out.input_cleared()
+
+    def drop_input(self) -> bool:
+        """Forget buffered and in-flight input; True if there was any."""
+        session = self.session
+        had = self.runner.cancel_input_tasks() or session.input.appended
+        session.input_generation += 1
+        session.input = InputTurn()
+        session.overlap_speech_ms = 0
+        self._stream_units = np.zeros(0, dtype=np.float32)
+        with self._convert_lock:
+            self._converter.reset()
+        if self.runner.turns is not None:
+            self.runner.turns.reset()
+        return had
+
+    # ---- text and items ------------------------------------------------------------------
+
+    def on_append_text(self, command: cmd.AppendText) -> None:
+        session = self.session
+        if not session.capabilities.supports_text_input:
+            self.out.error(
+                "native_text_append_unsupported",
+                "this model accepts audio input only",
+                event_id=command.event_id,
+            )
+            return
+        self._add_user_text(command.text)
+        if session.response is None:
+            self.runner.responses.start()
+
+    def _add_user_text(self, text: str) -> None:
+        item = {
+            "id": new_item_id(),
+            "object": "realtime.item",
+            "type": "message",
+            "role": "user",
+            "status": "completed",
+            "content": [{"type": "input_text", "text": text}],
+        }
+        previous = self.session.items.add(StoredItem(item=item))
+        self.out.item_added(item, previous, done=True)
+        self.session.pending_user_text = (self.session.pending_user_text + " " + text).strip()
+
+    def on_create_item(self, command: cmd.CreateItem) -> None:
+        session = self.session
+        item = dict(command.item)
+        texts = [
+            part.get("text")
+            for part in item.get("content") or []
+            if isinstance(part, dict) and part.get("type") in ("input_text", "text")
+        ]
+        if item.get("type") == "message" and item.get("role") == "user" and texts:
+            if not session.capabilities.supports_text_input:
+                self.out.error(
+                    "text_only_turn_unsupported",
+                    "this model cannot answer text input",
+                    event_id=command.event_id,
+                    param="item.content",
+                )
+                return
+            session.pending_user_text = (
+                session.pending_user_text + " " + " ".join(t for t in texts if isinstance(t, str))
+            ).strip()
+        previous = session.items.add(StoredItem(item=item))
+        self.out.item_added(item, command.previous_item_id or previous, done=True)
+
+    def on_session_update(self, command: cmd.UpdateSession) -> None:
+        session = self.session
+        try:
+            updated = session.settings.updated(command.patch)
+            self.runner.plugin.validate_session_config(updated.as_model_config())
+        except (RealtimeProtocolError, DuplexRuntimeConfigError) as exc:
+            self.out.error(
+                exc.code, str(exc), event_id=command.event_id, param=getattr(exc, "param", None)
+            )
+            return
+        session.settings = updated
+        self.runner.turns = TurnDetector.from_settings(updated, self.rate_hz)
+        self.out.session_updated()
+
+    def on_signal_turn(self, command: cmd.SignalTurn) -> None:
+        transitions = {
+            "user_started": TurnState.USER_SPEAKING,
+            "user_committed": TurnState.USER_COMMITTED,
+            "assistant_started": TurnState.ASSISTANT_GENERATING,
+            "assistant_done": TurnState.IDLE,
+            "barge_in": TurnState.BARGE_IN,
+        }
+        if command.event == "barge_in":
+            self.runner.responses.on_barge_in(cmd.BargeIn(event_id=command.event_id))
+            return
+        state = transitions.get(command.event)
+        if state is not None:
+            self.session.turn_state = state
+        self.out.turn_event(command.event, self.session.turn_state.value)
+
+    def on_model_transcript(self, result: ModelInputTranscript) -> None:
+        if not result.final or not result.text:
+            return
+        last_user = None
+        for stored in self.session.items:
+            if stored.item.get("role") == "user":
+                last_user = stored
+        if last_user is None:
+            return
+        for part in last_user.item.get("content", []):
+            if part.get("type") == "input_audio":
+                part["transcript"] = result.text
+        self.out.input_transcribed(last_user.item["id"], result.text)
+
+    def on_timer(self, item: TimerItem) -> None:
+        """No timers yet; model-driven continuation arrives with model-native plugins."""

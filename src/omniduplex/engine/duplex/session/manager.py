@@ -1,0 +1,350 @@
+"""All sessions of one engine: admission, dispatch, backpressure, lease reaper, close.
+
+Runs on the orchestrator loop. A session that is closing keeps its admission slot until
+its stage cleanup has finished; a failed cleanup keeps the slot and is retried by the
+reaper. ``session.closed`` / ``session.expired`` is always the session's last event and
+is emitted after the cleanup attempt, also when it failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ....protocol.duplex import commands as cmd
+from ....protocol.duplex import events as ev
+from ..contracts import DuplexStagePort
+from ..plugin import DuplexModelPlugin, DuplexRuntimeConfigError
+from ..runtime_config import DuplexSessionRuntimeConfig
+from ..settings import SessionSettings
+from .lease import DuplexLeaseState, LeaseActivity, LeaseConfig, LeaseGenerationMismatch
+from .runner import DuplexSessionRunner, StageOutputItem
+from .state import DuplexEngineSession, SessionState
+
+log = logging.getLogger(__name__)
+
+EventSink = Callable[[str, Any], None]
+
+
+class DuplexSessionError(RuntimeError):
+    """A session-level refusal with a wire error code."""
+
+    def __init__(self, message: str, *, code: str = "internal_error", retryable: bool = False):
+        super().__init__(message)
+        self.code = code
+        self.retryable = retryable
+
+
+@dataclass(frozen=True, slots=True)
+class OpenResult:
+    session_id: str
+    lease_generation: int
+    public_session: dict[str, Any]
+    capabilities: dict[str, Any]
+
+
+@dataclass(slots=True)
+class _PendingCleanup:
+    session_id: str
+    request_ids: list[str]
+    reason: str
+    attempts: int = 0
+    tried: set[str] = field(default_factory=set)
+
+
+def new_session_id() -> str:
+    return "duplex-" + uuid.uuid4().hex
+
+
+class DuplexSessionManager:
+    def __init__(
+        self,
+        *,
+        plugin: DuplexModelPlugin,
+        stage_port: DuplexStagePort,
+        runtime: DuplexSessionRuntimeConfig,
+        sink: EventSink,
+        clock: Callable[[], float],
+        served_model: str = "omniduplex",
+    ) -> None:
+        self.plugin = plugin
+        self.stage_port = stage_port
+        self.runtime = runtime
+        self.clock = clock
+        self.served_model = served_model
+        self._sink = sink
+        self.runners: dict[str, DuplexSessionRunner] = {}
+        self._closing: dict[str, _PendingCleanup] = {}
+        self._admitting: set[str] = set()
+        self._abandoned: set[str] = set()
+        self._executor = ThreadPoolExecutor(
+            max_workers=runtime.offload_workers, thread_name_prefix="duplex-session"
+        )
+        self.capabilities = plugin.capabilities(max_sessions=runtime.max_sessions)
+
+    # ---- admission -------------------------------------------------------------------
+
+    @property
+    def admitted(self) -> int:
+        return len(self.runners.keys() | self._closing.keys() | self._admitting)
+
+    async def open(self, session_id: str, payload: Mapping[str, Any]) -> OpenResult:
+        if (
+            session_id in self.runners
+            or session_id in self._closing
+            or session_id in self._admitting
+        ):
+            raise DuplexSessionError(
+                f"Duplex session already exists: {session_id}", code="session_exists"
+            )
+        if self.admitted >= self.runtime.max_sessions:
+            raise DuplexSessionError(
+                f"duplex_session_capacity_exhausted: limit={self.runtime.max_sessions}",
+                code="resource_exhausted",
+                retryable=True,
+            )
+        self._admitting.add(session_id)
+        try:
+            settings = SessionSettings.from_realtime(
+                payload,
+                served_model=self.served_model,
+                max_idle_timeout_s=self.runtime.max_idle_timeout_s,
+            )
+            model_config = settings.as_model_config()
+            # Plugin hooks may block (loading a voice prompt): keep them off the loop.
+            await self._offload(self.plugin.validate_session_config, model_config)
+            model_state = await self._offload(self.plugin.create_session_state, model_config)
+            idle_ttl = min(
+                settings.idle_timeout_s
+                or self.runtime.idle_ttl_s
+                or self.runtime.max_idle_timeout_s,
+                self.runtime.max_idle_timeout_s,
+            )
+            lease = DuplexLeaseState(
+                LeaseConfig(
+                    idle_ttl_s=idle_ttl, disconnect_grace_s=self.runtime.disconnect_grace_s
+                ),
+                last_activity=self.clock(),
+            )
+            session = DuplexEngineSession(
+                session_id=session_id,
+                settings=settings,
+                capabilities=self.capabilities,
+                lease=lease,
+                model_state=model_state,
+            )
+            runner = DuplexSessionRunner(
+                session,
+                plugin=self.plugin,
+                stage_port=self.stage_port,
+                sink=lambda event, sid=session_id: self._sink(sid, event),
+                offload=self._offload,
+                clock=self.clock,
+                on_runtime_close=lambda reason, sid=session_id: self._spawn_close(sid, reason),
+            )
+            if session_id in self._abandoned:
+                raise asyncio.CancelledError
+            self.runners[session_id] = runner
+            runner.start()
+            return OpenResult(
+                session_id=session_id,
+                lease_generation=lease.generation,
+                public_session=settings.public_object(session),
+                capabilities=self.capabilities.as_dict(),
+            )
+        except DuplexRuntimeConfigError as exc:
+            raise DuplexSessionError(str(exc), code=exc.code) from exc
+        except (ValueError, TypeError) as exc:
+            code = getattr(exc, "code", "invalid_session_config")
+            raise DuplexSessionError(str(exc), code=code) from exc
+        finally:
+            # A cancelled open (the client went away) releases its slot here.
+            self._admitting.discard(session_id)
+            self._abandoned.discard(session_id)
+
+    def abandon_open(self, session_id: str) -> None:
+        if session_id in self._admitting:
+            self._abandoned.add(session_id)
+
+    async def _offload(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # ---- commands ------------------------------------------------------------------
+
+    def dispatch(self, session_id: str, command: Any) -> None:
+        runner = self.runners.get(session_id)
+        event_id = getattr(command, "event_id", None)
+        if runner is None:
+            error = ev.ErrorEvent.build(
+                "unknown_session" if session_id not in self._closing else "session_closed",
+                f"Unknown or closed duplex session: {session_id}",
+                event_id=event_id,
+            )
+            error.session_id = session_id
+            self._sink(session_id, error)
+            return
+        session = runner.session
+        if runner.closing:
+            runner.out.error(
+                "session_closed", f"Duplex session is closing: {session_id}", event_id=event_id
+            )
+            return
+        if isinstance(command, cmd.CloseSession):
+            self._spawn_close(session_id, command.reason or "client_close")
+            return
+        if isinstance(command, cmd.AppendAudio):
+            if not session.capabilities.accepts_input_modality("audio"):
+                runner.out.error(
+                    "invalid_input_modality", "this model does not accept audio", event_id=event_id
+                )
+                return
+            size = len(command.audio)
+            if (
+                session.reserved_input_bytes + size
+                > self.runtime.max_pending_input_bytes_per_session
+            ):
+                runner.out.error(
+                    "input_backpressure",
+                    "Duplex session has too many pending input bytes",
+                    event_id=event_id,
+                )
+                return
+            session.reserved_input_bytes += size
+        elif isinstance(command, cmd.Commit):
+            if session.pending_turns >= self.runtime.max_pending_turns_per_session:
+                runner.out.error(
+                    "input_backpressure",
+                    "Duplex session has too many pending input turns",
+                    event_id=event_id,
+                )
+                return
+            session.pending_turns += 1
+        runner.submit(command)
+
+    def on_stage_output(self, session_id: str, item: StageOutputItem) -> None:
+        runner = self.runners.get(session_id)
+        if runner is not None:
+            runner.on_stage_output(item)
+
+    # ---- lease control -----------------------------------------------------------------
+
+    def _require(self, session_id: str) -> DuplexSessionRunner:
+        runner = self.runners.get(session_id)
+        if runner is None:
+            raise DuplexSessionError(
+                f"Unknown or closed duplex session: {session_id}", code="unknown_session"
+            )
+        if runner.closing:
+            raise DuplexSessionError(
+                f"Duplex session is closing: {session_id}", code="session_closed"
+            )
+        return runner
+
+    def touch(self, session_id: str, activity: LeaseActivity) -> int:
+        runner = self._require(session_id)
+        if activity is LeaseActivity.DETACH:
+            runner.session.lease.detach(self.clock())
+        else:
+            runner.session.lease.touch(self.clock(), activity)
+        return runner.session.lease.generation
+
+    def resume(self, session_id: str, expected_generation: int) -> OpenResult:
+        runner = self._require(session_id)
+        try:
+            generation = runner.session.lease.resume(
+                self.clock(), expected_generation=expected_generation
+            )
+        except LeaseGenerationMismatch as exc:
+            raise DuplexSessionError(str(exc), code="session_resume_conflict") from exc
+        session = runner.session
+        return OpenResult(
+            session_id,
+            generation,
+            session.settings.public_object(session),
+            self.capabilities.as_dict(),
+        )
+
+    # ---- close and expiry ------------------------------------------------------------
+
+    def _spawn_close(self, session_id: str, reason: str, *, expired: bool = False) -> None:
+        asyncio.get_running_loop().create_task(self.close(session_id, reason, expired=expired))
+
+    async def close(
+        self, session_id: str, reason: str = "client_close", *, expired: bool = False
+    ) -> bool:
+        runner = self.runners.pop(session_id, None)
+        if runner is None:
+            self.abandon_open(session_id)
+            return False
+        session = runner.session
+        session.lease.mark_terminal(reason)
+        request_ids = await runner.stop(reason, expired=expired)
+        pending = _PendingCleanup(
+            session_id, sorted(set(request_ids) | session.request_ids), reason
+        )
+        self._closing[session_id] = pending  # the slot stays taken until cleanup is done
+        try:
+            await self.stage_port.cleanup(pending.request_ids)
+        except Exception:
+            log.exception("session %s: stage cleanup failed; the reaper retries", session_id)
+        else:
+            self._closing.pop(session_id, None)
+        finally:
+            runner.emit_terminal(reason, expired=expired)
+        return True
+
+    async def reap_expired(self, now: float | None = None) -> int:
+        now = self.clock() if now is None else now
+        done = 0
+        for session_id, pending in list(self._closing.items()):
+            if session_id in self.runners:
+                continue
+            try:
+                await self.stage_port.cleanup(pending.request_ids)
+            except Exception:
+                pending.attempts += 1
+                continue
+            self._closing.pop(session_id, None)
+            done += 1
+        for session_id, runner in list(self.runners.items()):
+            lease = runner.session.lease
+            if lease.disconnect_grace_expired(now):
+                await self.close(session_id, "disconnect_grace_expired", expired=True)
+                done += 1
+            elif lease.idle_expired(now):
+                await self.close(session_id, "idle_ttl_expired", expired=True)
+                done += 1
+        return done
+
+    async def reaper_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self.runtime.reaper_interval_s)
+            except TimeoutError:
+                try:
+                    await self.reap_expired()
+                except Exception:
+                    log.exception("duplex reaper tick failed")
+
+    async def close_sessions_of_requests(self, request_ids: set[str], reason: str) -> None:
+        """A stage worker died: end the sessions whose requests it held."""
+        for session_id, runner in list(self.runners.items()):
+            if runner.session.request_ids & request_ids:
+                runner.out.error(
+                    "stage_worker_died", f"model stage stopped: {reason}", retryable=False
+                )
+                await self.close(session_id, "stage_worker_died")
+
+    async def shutdown(self, reason: str = "shutdown") -> None:
+        for session_id in list(self.runners):
+            await self.close(session_id, reason)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def session_state(self, session_id: str) -> SessionState | None:
+        runner = self.runners.get(session_id)
+        return runner.session.state if runner else None

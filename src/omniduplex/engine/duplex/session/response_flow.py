@@ -1,0 +1,426 @@
+"""Responses of one session: start, model output, completion, cancellation, playback.
+
+Part of the session runner (single writer); every method runs on the orchestrator loop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ....protocol.duplex import OutputAudioEncoder, b64encode_str, truncate_transcript
+from ....protocol.duplex import commands as cmd
+from ..contracts import StageSubmission, stage_request_id
+from ..plugin import (
+    ModelAudio,
+    ModelError,
+    ModelInputTranscript,
+    ModelListen,
+    ModelSpeak,
+    ModelText,
+    ResponseRequest,
+)
+from .history import StoredItem
+from .lease import LeaseActivity
+from .state import ActiveResponse, PlaybackCursor, TurnState, new_response_id
+
+if TYPE_CHECKING:
+    from .runner import DuplexSessionRunner, StageOutputItem
+
+# Cancel reasons that came from the server's own turn detection rather than the client.
+_SERVER_DETECTED = frozenset({"turn_detected"})
+
+_OPTION_FLAGS = {
+    "instructions": "supports_response_instructions",
+    "temperature": "supports_response_temperature",
+    "max_output_tokens": "supports_response_max_output_tokens",
+    "voice": "supports_response_voice",
+}
+
+
+class ResponseFlow:
+    def __init__(self, runner: DuplexSessionRunner) -> None:
+        self.runner = runner
+        self.session = runner.session
+        self.out = runner.out
+
+    # ---- starting -----------------------------------------------------------------
+
+    def on_create(self, command: cmd.CreateResponse) -> None:
+        session = self.session
+        options = dict(command.options or {})
+        refused = self._refused_option(options)
+        if refused is not None:
+            self.out.error(
+                "unsupported_response_option",
+                f"this model does not support response.{refused}",
+                event_id=command.event_id,
+                param=f"response.{refused}",
+            )
+            return
+        if session.response is not None:
+            self.out.error(
+                "response_already_active",
+                f"Response {session.response.response_id} is still in progress",
+                event_id=command.event_id,
+            )
+            return
+        committed = session.committed_input
+        text = session.pending_user_text
+        if committed is None and not text:
+            self.out.error(
+                "response_create_without_input",
+                "response.create requires committed audio or a user text item",
+                event_id=command.event_id,
+            )
+            return
+        self.start(options=options)
+
+    def _refused_option(self, options: dict[str, Any]) -> str | None:
+        caps = self.session.capabilities
+        for key, flag in _OPTION_FLAGS.items():
+            if options.get(key) is not None and not getattr(caps, flag):
+                return key
+        if options.get("max_response_output_tokens") is not None and not getattr(
+            caps, _OPTION_FLAGS["max_output_tokens"]
+        ):
+            return "max_response_output_tokens"
+        return None
+
+    def start(self, *, options: dict[str, Any] | None = None) -> ActiveResponse:
+        """Open a response for the committed input (or user text) and submit it."""
+        session = self.session
+        runner = self.runner
+        options = options or {}
+        modalities = tuple(
+            options.get("output_modalities")
+            or options.get("modalities")
+            or session.settings.modalities
+        )
+        response_id = new_response_id()
+        response = ActiveResponse(
+            response_id=response_id,
+            item_id=f"item_{response_id}",
+            epoch=session.epoch,
+            turn_id=session.turn_id,
+            input_commit_seq=session.commit_seq,
+            modalities=modalities,
+            conversation=str(options.get("conversation") or "auto"),
+            metadata=_string_metadata(options.get("metadata")),
+        )
+        response.encoder = OutputAudioEncoder(
+            runner.plugin.output_sample_rate_hz,
+            session.settings.output_format,
+            session.settings.output_rate_hz,
+        )
+        session.response = response
+        session.response_counter += 1
+        session.last_response_id = response_id
+        session.playback[response_id] = PlaybackCursor()
+        session.turn_state = TurnState.ASSISTANT_GENERATING
+        self.out.response_started(response)
+
+        audio = session.committed_input if session.committed_input is not None else _EMPTY
+        text = session.pending_user_text
+        session.committed_input = None
+        session.pending_user_text = ""
+        request = ResponseRequest(
+            fence=session.fence,
+            response_id=response_id,
+            input_audio=audio,
+            input_text=text,
+            history=session.items.messages(),
+            options=options,
+        )
+        request_id = stage_request_id(session.fence, f"resp{session.response_counter}")
+        response.request_ids.append(request_id)
+        try:
+            data = runner.plugin.plan_response(session.model_state, request)
+            runner.submit_stage(StageSubmission(request_id, 0, data, final=True))
+        except Exception as exc:
+            self.fail("model_backend_failed", f"could not start the response: {exc}")
+        return response
+
+    # ---- model output -----------------------------------------------------------
+
+    def on_stage_output(self, item: StageOutputItem) -> None:
+        response = self.session.response
+        if item.error is not None:
+            if response is not None and item.request_id in response.request_ids:
+                self.fail("model_backend_failed", item.error)
+            else:
+                self.out.error("model_backend_failed", item.error)
+            return
+        if response is not None and item.request_id in response.request_ids:
+            response.stage_steps += 1
+            response.stage_compute_s += item.compute_s
+        for result in self.runner.plugin.data_plane.project(item.data):
+            if self.session.response is None and isinstance(result, ModelAudio | ModelText):
+                if not self.runner.plugin.streams_input:
+                    return  # output of a response that already ended
+                self.start(options={})
+            self._on_result(result)
+
+    def _on_result(self, result: Any) -> None:
+        response = self.session.response
+        if isinstance(result, ModelAudio):
+            self._on_audio(response, result)
+            if result.end_of_turn:
+                self.complete("completed")
+        elif isinstance(result, ModelText):
+            self.out.text_delta(response, result.delta)
+            response.text.append(result.delta)
+            if result.end_of_turn:
+                self.complete("completed")
+        elif isinstance(result, ModelListen):
+            if response is not None and response.audio_deltas == 0 and not response.text:
+                self.out.listen(result.reason, response)
+                self.complete("completed", reason=result.reason)
+            elif response is None:
+                self.out.listen(result.reason, None)
+        elif isinstance(result, ModelSpeak):
+            if response is not None and not response.speak_emitted:
+                response.speak_emitted = True
+                self.out.speak(response)
+        elif isinstance(result, ModelInputTranscript):
+            self.runner.inputs.on_model_transcript(result)
+        elif isinstance(result, ModelError):
+            self.fail(result.code, result.message)
+
+    def _on_audio(self, response: ActiveResponse, result: ModelAudio) -> None:
+        session = self.session
+        samples = np.asarray(result.samples, dtype=np.float32)
+        encoded = response.encoder.encode(samples) if response.wants_audio else b""
+        response.audio_ms += 1000.0 * samples.size / self.runner.plugin.output_sample_rate_hz
+        if result.text:
+            response.transcript.append(result.text)
+        chars = len(response.transcript_text())
+        audio_end_ms = round(response.audio_ms)
+        response.marks.append({"text_chars": chars, "audio_end_ms": audio_end_ms})
+        cursor = session.cursor(response.response_id)
+        cursor.generated_ms = cursor.sent_ms = audio_end_ms
+        session.turn_state = TurnState.ASSISTANT_PLAYING
+        if not response.speak_emitted:
+            response.speak_emitted = True
+            self.out.speak(response)
+        if response.wants_audio:
+            self.out.audio_delta(response, b64encode_str(encoded), result.text, audio_end_ms)
+        else:
+            self.out.transcript_only_delta(response, result.text)
+
+    # ---- ending -------------------------------------------------------------------
+
+    def complete(self, status: str, *, reason: str | None = None) -> None:
+        response = self.session.response
+        if response is None:
+            return
+        tail = response.encoder.flush() if response.wants_audio else b""
+        if tail and response.audio_deltas:
+            self.out.audio_delta(response, b64encode_str(tail), "", round(response.audio_ms))
+        self._finish(response, status=status, reason=reason)
+
+    def fail(self, code: str, message: str) -> None:
+        response = self.session.response
+        self.out.error(code, message, retryable=False)
+        if response is None:
+            return
+        self.runner.stage_port.abort_requests(response.request_ids)
+        self._finish(response, status="failed", reason=code, error_message=message)
+
+    def cancel(self, reason: str, *, clear_output: bool = False) -> bool:
+        """Cancel the active response: epoch first, then abort, then terminal events."""
+        session = self.session
+        response = session.response
+        if response is None:
+            return False
+        session.advance_epoch()
+        self.runner.stage_port.abort_requests(response.request_ids)
+        response.encoder.reset()
+        if clear_output:
+            self.out.output_audio_cleared(response.response_id)
+        self._finish(response, status="cancelled", reason=reason)
+        return True
+
+    def _finish(
+        self,
+        response: ActiveResponse,
+        *,
+        status: str,
+        reason: str | None,
+        error_message: str | None = None,
+    ) -> None:
+        session = self.session
+        cursor = session.cursor(response.response_id)
+        transcript = response.transcript_text()
+        shown = transcript
+        if status == "cancelled":
+            # Playback truth: the item keeps what the client acknowledged hearing.
+            shown = truncate_transcript(
+                transcript, cursor.committed_ms, int(response.audio_ms), response.marks
+            )
+        metrics = {
+            "stage_steps": response.stage_steps,
+            "stage_compute_ms": round(response.stage_compute_s * 1000.0, 3),
+            "audio_ms": round(response.audio_ms),
+            "latency_ms": None,
+        }
+        self.out.response_finished(
+            response,
+            status=status,
+            reason=reason,
+            transcript=transcript,
+            shown_transcript=shown,
+            error_message=error_message,
+            stage_metrics=metrics,
+        )
+        if response.conversation != "none":
+            self._store_assistant_item(response, status, transcript, cursor)
+        session.response = None
+        if status == "completed":
+            session.turn_id += 1
+        session.turn_state = TurnState.IDLE
+        deferred = session.deferred_commit
+        if deferred is not None and status != "failed":
+            session.deferred_commit = None
+            self.runner.inputs.promote_deferred(deferred)
+
+    def _store_assistant_item(
+        self, response: ActiveResponse, status: str, transcript: str, cursor: PlaybackCursor
+    ) -> None:
+        settings = self.session.settings
+        audio_ms = round(response.audio_ms)
+        if settings.playback_commit_policy == "ack_only" and audio_ms > 0:
+            heard = truncate_transcript(transcript, cursor.committed_ms, audio_ms, response.marks)
+        else:
+            heard = transcript
+        item = _assistant_item(response, status, heard, audio_ms)
+        stored = StoredItem(
+            item=item,
+            full_transcript=transcript,
+            audio_duration_ms=audio_ms,
+            marks=list(response.marks),
+            response_id=response.response_id,
+            input_commit_seq=response.input_commit_seq,
+        )
+        self.session.items.add(stored)
+
+    def abandon(self) -> list[str]:
+        """Drop the active response silently (session closing); returns its request ids."""
+        response = self.session.response
+        if response is None:
+            return []
+        self.session.response = None
+        self.runner.stage_port.abort_requests(response.request_ids)
+        return list(response.request_ids)
+
+    # ---- cancel commands --------------------------------------------------------
+
+    def on_cancel_response(self, command: cmd.CancelResponse) -> None:
+        response = self.session.response
+        if response is None or (
+            command.response_id is not None and command.response_id != response.response_id
+        ):
+            target = command.response_id or "(none active)"
+            self.out.error(
+                "response_not_active",
+                f"No response in progress to cancel: {target}",
+                event_id=command.event_id,
+            )
+            return
+        self.cancel("client_cancelled")
+
+    def on_clear_output(self, command: cmd.ClearOutputAudio) -> None:
+        response = self.session.response
+        if response is not None and (
+            command.response_id is None or command.response_id == response.response_id
+        ):
+            self.cancel("output_audio_buffer_clear", clear_output=True)
+            return
+        self.out.output_audio_cleared(command.response_id or self.session.last_response_id)
+
+    def on_barge_in(self, command: Any) -> None:
+        session = self.session
+        if isinstance(command, cmd.BargeIn) and not session.capabilities.supports_barge_in:
+            self.out.error(
+                "barge_in_unsupported",
+                "this model yields by itself; barge_in is not supported",
+                event_id=command.event_id,
+            )
+            return
+        self.barge_in("barge_in")
+
+    def barge_in(self, reason: str) -> None:
+        """Cancel input in flight and the active response; every cancel is answered."""
+        session = self.session
+        had_input = self.runner.inputs.drop_input()
+        if not self.cancel(reason):
+            session.advance_epoch()
+            self.out.input_cleared()
+        elif had_input:
+            self.out.input_cleared()
+
+    # ---- playback and items ---------------------------------------------------------
+
+    def on_playback_ack(self, command: cmd.AckPlayback) -> None:
+        from .playback_ledger import apply_playback_ack
+
+        try:
+            self.session.lease.touch(self.runner.clock(), LeaseActivity.PLAYBACK_ACK)
+        except Exception:
+            return
+        apply_playback_ack(self.session, self.out, command)
+
+    def on_delete_item(self, command: cmd.DeleteItem) -> None:
+        if not self.session.items.delete(command.item_id):
+            self.out.error(
+                "item_not_found", f"Unknown item: {command.item_id}", event_id=command.event_id
+            )
+            return
+        self.out.item_deleted(command.item_id)
+
+    def on_retrieve_item(self, command: cmd.RetrieveItem) -> None:
+        item = self.session.items.snapshot(command.item_id)
+        if item is None:
+            self.out.error(
+                "item_not_found", f"Unknown item: {command.item_id}", event_id=command.event_id
+            )
+            return
+        self.out.item_retrieved(item)
+
+    def on_truncate_item(self, command: cmd.TruncateItem) -> None:
+        from .playback_ledger import truncate_item
+
+        truncate_item(self.session, self.out, command)
+
+
+_EMPTY = np.zeros(0, dtype=np.float32)
+
+
+def _string_metadata(raw: Any) -> dict[str, str] | None:
+    if not isinstance(raw, dict):
+        return None
+    return {str(k): str(v) for k, v in raw.items() if isinstance(v, str)}
+
+
+def _assistant_item(
+    response: ActiveResponse, status: str, transcript: str, audio_ms: int
+) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if response.wants_audio or transcript:
+        content.append({"type": "output_audio", "transcript": transcript})
+    if response.text:
+        content.append({"type": "output_text", "text": response.text_output()})
+    return {
+        "id": response.item_id,
+        "object": "realtime.item",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed" if status == "completed" else "incomplete",
+        "content": content,
+    }
+
+
+def now_ms() -> float:
+    return time.perf_counter() * 1000.0

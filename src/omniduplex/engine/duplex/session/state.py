@@ -1,0 +1,169 @@
+"""The state of one session: identity, input turn, active response, playback, ledgers.
+
+Mutated only by the session's runner on the orchestrator loop (single writer).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..capabilities import DuplexCapabilities
+from ..contracts import DuplexFence
+from .history import ConversationStore
+from .lease import DuplexLeaseState
+
+
+class SessionState(enum.StrEnum):
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class TurnState(enum.StrEnum):
+    IDLE = "idle"
+    USER_SPEAKING = "user_speaking"
+    USER_COMMITTED = "user_committed"
+    ASSISTANT_GENERATING = "assistant_generating"
+    ASSISTANT_PLAYING = "assistant_playing"
+    BARGE_IN = "barge_in"
+
+
+def new_item_id() -> str:
+    return "item_" + os.urandom(12).hex()
+
+
+def new_response_id() -> str:
+    return "resp_" + os.urandom(12).hex()
+
+
+@dataclass(slots=True)
+class PlaybackCursor:
+    """How much of one response's audio was generated, sent, played and committed (ms)."""
+
+    generated_ms: int = 0
+    sent_ms: int = 0
+    played_ms: int = 0
+    committed_ms: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "generated_ms": self.generated_ms,
+            "sent_ms": self.sent_ms,
+            "played_ms": self.played_ms,
+            "committed_ms": self.committed_ms,
+        }
+
+
+@dataclass(slots=True)
+class InputTurn:
+    """User audio since the last commit, at the plugin's input rate."""
+
+    chunks: list[np.ndarray] = field(default_factory=list)
+    samples: int = 0
+    speech_samples: int = 0
+    appended: bool = False
+    speech_active: bool = False
+    item_id: str | None = None
+    audio_start_ms: int = 0
+    transcript_hints: list[str] = field(default_factory=list)
+
+    def audio(self) -> np.ndarray:
+        if not self.chunks:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate(self.chunks).astype(np.float32, copy=False)
+
+    @property
+    def has_speech(self) -> bool:
+        return self.speech_samples > 0
+
+
+@dataclass(slots=True)
+class ActiveResponse:
+    """The response being generated: its ids, stage requests and what it produced."""
+
+    response_id: str
+    item_id: str
+    epoch: int
+    turn_id: int
+    input_commit_seq: int
+    modalities: tuple[str, ...]
+    conversation: str = "auto"
+    metadata: dict[str, Any] | None = None
+    request_ids: list[str] = field(default_factory=list)
+    transcript: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    audio_deltas: int = 0
+    audio_ms: float = 0.0
+    marks: list[dict[str, int]] = field(default_factory=list)
+    text_part_open: bool = False
+    speak_emitted: bool = False
+    encoder: Any = None
+    stage_steps: int = 0
+    stage_compute_s: float = 0.0
+
+    @property
+    def wants_audio(self) -> bool:
+        return "audio" in self.modalities
+
+    def transcript_text(self) -> str:
+        return "".join(self.transcript)
+
+    def text_output(self) -> str:
+        return "".join(self.text)
+
+
+@dataclass(slots=True)
+class DuplexEngineSession:
+    """Everything the engine knows about one conversation."""
+
+    session_id: str
+    settings: Any  # SessionSettings (engine/duplex/settings.py)
+    capabilities: DuplexCapabilities
+    lease: DuplexLeaseState
+    model_state: Any
+    state: SessionState = SessionState.OPEN
+    turn_state: TurnState = TurnState.IDLE
+    epoch: int = 0
+    turn_id: int = 0
+    input_generation: int = 0
+    commit_seq: int = 0
+    input: InputTurn = field(default_factory=InputTurn)
+    response: ActiveResponse | None = None
+    last_response_id: str | None = None
+    deferred_commit: dict[str, Any] | None = None
+    committed_input: np.ndarray | None = None
+    pending_user_text: str = ""
+    overlap_speech_ms: int = 0
+    playback: dict[str, PlaybackCursor] = field(default_factory=dict)
+    items: ConversationStore = field(default_factory=ConversationStore)
+    reserved_input_bytes: int = 0
+    pending_turns: int = 0
+    response_counter: int = 0
+    request_ids: set[str] = field(default_factory=set)
+
+    @property
+    def fence(self) -> DuplexFence:
+        return DuplexFence(self.session_id, self.epoch, self.turn_id)
+
+    @property
+    def open(self) -> bool:
+        return self.state is SessionState.OPEN
+
+    def advance_epoch(self) -> int:
+        self.epoch += 1
+        self.turn_state = TurnState.BARGE_IN
+        return self.epoch
+
+    def cursor(self, response_id: str | None) -> PlaybackCursor:
+        if response_id is None:
+            return PlaybackCursor()
+        return self.playback.setdefault(response_id, PlaybackCursor())
+
+    def current_playback(self) -> PlaybackCursor:
+        rid = self.response.response_id if self.response else self.last_response_id
+        return self.playback.get(rid or "", PlaybackCursor())

@@ -1,0 +1,126 @@
+"""Server-side turn detection (``turn_detection: {type: server_vad}``), in audio time.
+
+Silence is measured by counting samples, never by the wall clock: a client that sends
+audio faster or slower than real time gets the same turns. The frame classifier is a
+seam: the default is an energy detector; a model can provide a neural one (Silero).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+FRAME_MS = 20
+
+
+class SpeechClassifier(ABC):
+    """Speech probability of one frame of float32 audio."""
+
+    @abstractmethod
+    def probability(self, frame: np.ndarray) -> float: ...
+
+    def reset(self) -> None:  # noqa: B027 - optional hook, stateless by default
+        """Forget state between utterances (stateless by default)."""
+
+
+class EnergyClassifier(SpeechClassifier):
+    """Loudness as probability: -28 dBFS RMS (0.04) and above reads as certain speech."""
+
+    FULL_SCALE_RMS = 0.04
+
+    def probability(self, frame: np.ndarray) -> float:
+        if frame.size == 0:
+            return 0.0
+        level = float(np.sqrt(np.mean(np.square(frame, dtype=np.float64))))
+        return min(1.0, level / self.FULL_SCALE_RMS)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEvent:
+    kind: str  # "started" | "stopped"
+    audio_ms: int
+
+
+class TurnDetector:
+    """Finds speech start and end in a stream of samples at one rate."""
+
+    def __init__(
+        self,
+        *,
+        rate_hz: int,
+        threshold: float = 0.5,
+        prefix_padding_ms: int = 300,
+        silence_duration_ms: int = 500,
+        min_speech_duration_ms: int = 60,
+        classifier: SpeechClassifier | None = None,
+    ) -> None:
+        self.rate_hz = rate_hz
+        self.threshold = threshold
+        self.prefix_padding_ms = prefix_padding_ms
+        self.silence_duration_ms = silence_duration_ms
+        self.min_speech_duration_ms = min_speech_duration_ms
+        self.classifier = classifier or EnergyClassifier()
+        self._frame = rate_hz * FRAME_MS // 1000
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._position = 0  # samples consumed, i.e. the audio clock
+        self._speaking = False
+        self._speech_run = 0
+        self._silence_run = 0
+
+    @classmethod
+    def from_settings(cls, settings: Any, rate_hz: int) -> TurnDetector | None:
+        config = getattr(settings, "turn_detection", None)
+        if not config:
+            return None
+        return cls(
+            rate_hz=rate_hz,
+            threshold=float(config.get("threshold", 0.5)),
+            prefix_padding_ms=int(config.get("prefix_padding_ms", 300)),
+            silence_duration_ms=int(config.get("silence_duration_ms", 500)),
+            min_speech_duration_ms=int(config.get("min_speech_duration_ms", 60)),
+        )
+
+    @property
+    def speaking(self) -> bool:
+        return self._speaking
+
+    def _ms(self, samples: int) -> int:
+        return int(samples * 1000 // self.rate_hz)
+
+    def process(self, samples: np.ndarray) -> list[TurnEvent]:
+        events: list[TurnEvent] = []
+        buffer = np.concatenate((self._pending, samples)) if self._pending.size else samples
+        frames = buffer.size // self._frame
+        for index in range(frames):
+            frame = buffer[index * self._frame : (index + 1) * self._frame]
+            self._position += self._frame
+            is_speech = self.classifier.probability(frame) >= self.threshold
+            if is_speech:
+                self._speech_run += self._frame
+                self._silence_run = 0
+                if not self._speaking and self._ms(self._speech_run) >= self.min_speech_duration_ms:
+                    self._speaking = True
+                    onset = self._position - self._speech_run
+                    start_ms = max(0, self._ms(onset) - self.prefix_padding_ms)
+                    events.append(TurnEvent("started", start_ms))
+            else:
+                self._silence_run += self._frame
+                if not self._speaking:
+                    self._speech_run = 0
+                elif self._ms(self._silence_run) >= self.silence_duration_ms:
+                    self._speaking = False
+                    self._speech_run = 0
+                    end = self._position - self._silence_run
+                    events.append(TurnEvent("stopped", self._ms(end)))
+        self._pending = buffer[frames * self._frame :].copy()
+        return events
+
+    def reset(self) -> None:
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._speaking = False
+        self._speech_run = 0
+        self._silence_run = 0
+        self.classifier.reset()

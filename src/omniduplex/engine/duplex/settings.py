@@ -1,0 +1,258 @@
+"""A session's effective settings, read from (and echoed as) a Realtime session object."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from ...protocol.duplex import (
+    DEFAULT_OUTPUT_RATE_HZ,
+    AudioFormat,
+    RealtimeProtocolError,
+    check_overlap_policy,
+    overlap_policy_for,
+    parse_input_format,
+    parse_output_format,
+    turn_detection_of,
+    validate_turn_detection,
+)
+
+if TYPE_CHECKING:
+    from .session.state import DuplexEngineSession
+
+_POLICIES = ("listen_only", "barge_in_on_speech")
+_COMMIT_POLICIES = ("commit_all_on_done", "ack_only")
+# Keys we echo back as the client sent them (OpenAI fields we accept but do not act on).
+_ECHOED = (
+    "tools",
+    "tool_choice",
+    "metadata",
+    "include",
+    "prompt",
+    "tracing",
+    "input_audio_transcription",
+)
+
+
+def _number(raw: Any, param: str, *, minimum: float = 0.0) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw < minimum:
+        raise RealtimeProtocolError(
+            f"{param} must be a number >= {minimum:g}", "bad_event", param=param
+        )
+    return float(raw)
+
+
+def _formats(payload: Mapping[str, Any]) -> tuple[AudioFormat | None, AudioFormat | None]:
+    audio = payload.get("audio") if isinstance(payload.get("audio"), Mapping) else {}
+    audio_in = audio.get("input") if isinstance(audio.get("input"), Mapping) else {}
+    audio_out = audio.get("output") if isinstance(audio.get("output"), Mapping) else {}
+    raw_in = payload.get("input_audio_format", audio_in.get("format"))
+    raw_out = payload.get("output_audio_format", audio_out.get("format"))
+    fmt_in = None if raw_in is None else parse_input_format(raw_in)
+    fmt_out = None if raw_out is None else parse_output_format(raw_out)
+    return fmt_in, fmt_out
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    model: str
+    modalities: tuple[str, ...] = ("audio",)
+    instructions: str | None = None
+    voice: str | None = None
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    input_format: AudioFormat = AudioFormat("pcm16", None)  # noqa: RUF009 - frozen value
+    output_format: AudioFormat = AudioFormat("pcm16", None)  # noqa: RUF009 - frozen value
+    turn_detection: dict[str, Any] | None = None
+    overlap_policy: str = "listen_only"
+    overlap_short_ack_ms: int = 700
+    overlap_barge_in_ms: int = 400
+    overlap_silence_rms: float = 0.003
+    playback_commit_policy: str = "commit_all_on_done"
+    idle_timeout_s: float | None = None
+    auto_response: bool = False
+    ref_audio: str | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    echoed: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def output_rate_hz(self) -> int:
+        return self.output_format.effective_rate(DEFAULT_OUTPUT_RATE_HZ)
+
+    @classmethod
+    def from_realtime(
+        cls,
+        payload: Mapping[str, Any] | None,
+        *,
+        served_model: str,
+        max_idle_timeout_s: float = 3600.0,
+    ) -> SessionSettings:
+        base = cls(model=served_model)
+        return base.updated(payload or {}, opening=True, max_idle_timeout_s=max_idle_timeout_s)
+
+    def updated(
+        self,
+        patch: Mapping[str, Any],
+        *,
+        opening: bool = False,
+        max_idle_timeout_s: float = 3600.0,
+    ) -> SessionSettings:
+        """Settings after a ``session.update`` (or the opening session object)."""
+        if not isinstance(patch, Mapping):
+            raise RealtimeProtocolError("session must be an object", "invalid_session_config")
+        payload = patch.get("session") if isinstance(patch.get("session"), Mapping) else patch
+        changes: dict[str, Any] = {}
+        model = payload.get("model")
+        if isinstance(model, str) and model and model != self.model:
+            if not opening:
+                raise RealtimeProtocolError(
+                    "the model of a session cannot change",
+                    "model_update_unsupported",
+                    param="model",
+                )
+            changes["model"] = model
+        fmt_in, fmt_out = _formats(payload)
+        if fmt_in is not None:
+            changes["input_format"] = fmt_in
+        if fmt_out is not None:
+            changes["output_format"] = fmt_out
+        modalities = payload.get("output_modalities", payload.get("modalities"))
+        if isinstance(modalities, list) and all(isinstance(m, str) for m in modalities):
+            changes["modalities"] = tuple(m for m in modalities if m in ("audio", "text")) or (
+                "audio",
+            )
+        for key in ("instructions", "voice"):
+            if key in payload:
+                value = payload[key]
+                if value is not None and not isinstance(value, str):
+                    raise RealtimeProtocolError(f"{key} must be a string", "bad_event", param=key)
+                changes[key] = value
+        if payload.get("temperature") is not None:
+            changes["temperature"] = _number(payload["temperature"], "temperature")
+        tokens = payload.get("max_output_tokens", payload.get("max_response_output_tokens"))
+        if tokens is not None:
+            changes["max_output_tokens"] = (
+                None if tokens == "inf" else int(_number(tokens, "max_output_tokens", minimum=1))
+            )
+        present, raw_td, _where = turn_detection_of(payload)
+        if present:
+            check_overlap_policy(payload, raw_td, present=True)
+            td = validate_turn_detection(raw_td)
+            changes["turn_detection"] = td
+            changes["overlap_policy"] = overlap_policy_for(td)
+        extra = payload.get("extra_body")
+        extra = dict(extra) if isinstance(extra, Mapping) else {}
+        sources = (payload, extra)
+        for source in sources:
+            policy = source.get("overlap_policy")
+            if policy in _POLICIES and not present:
+                changes["overlap_policy"] = policy
+            commit_policy = source.get("playback_commit_policy")
+            if commit_policy is not None:
+                if commit_policy not in _COMMIT_POLICIES:
+                    raise RealtimeProtocolError(
+                        f"playback_commit_policy must be one of {', '.join(_COMMIT_POLICIES)}",
+                        "invalid_session_config",
+                        param="playback_commit_policy",
+                    )
+                changes["playback_commit_policy"] = commit_policy
+            for key in ("overlap_short_ack_ms", "overlap_barge_in_ms"):
+                if source.get(key) is not None:
+                    changes[key] = int(_number(source[key], key))
+            if source.get("overlap_silence_rms") is not None:
+                changes["overlap_silence_rms"] = _number(
+                    source["overlap_silence_rms"], "overlap_silence_rms"
+                )
+        if "auto_response" in extra:
+            changes["auto_response"] = bool(extra["auto_response"])
+        if payload.get("idle_timeout_s") is not None:
+            changes["idle_timeout_s"] = min(
+                _number(payload["idle_timeout_s"], "idle_timeout_s", minimum=1.0),
+                max_idle_timeout_s,
+            )
+        ref_audio = payload.get("ref_audio", extra.get("ref_audio"))
+        if ref_audio is not None:
+            if not opening:
+                raise RealtimeProtocolError(
+                    "ref_audio can only be set when the session opens",
+                    "ref_audio_update_unsupported",
+                    param="ref_audio",
+                )
+            if not isinstance(ref_audio, str):
+                raise RealtimeProtocolError(
+                    "ref_audio must be a string", "bad_event", param="ref_audio"
+                )
+            changes["ref_audio"] = ref_audio
+        if extra:
+            changes["extra_body"] = {**self.extra_body, **extra}
+        echoed = dict(self.echoed)
+        for key in _ECHOED:
+            if key in payload:
+                echoed[key] = copy.deepcopy(payload[key])
+        changes["echoed"] = echoed
+        return replace(self, **changes)
+
+    def as_model_config(self) -> dict[str, Any]:
+        """What a plugin sees of the session (no wire shapes)."""
+        return {
+            "model": self.model,
+            "modalities": list(self.modalities),
+            "instructions": self.instructions,
+            "voice": self.voice,
+            "temperature": self.temperature,
+            "max_output_tokens": self.max_output_tokens,
+            "ref_audio": self.ref_audio,
+            "extra_body": dict(self.extra_body),
+        }
+
+    def public_object(self, session: DuplexEngineSession) -> dict[str, Any]:
+        """The session object of ``session.created`` / ``session.updated`` (GA shape).
+
+        Beta clients get the flat fields through the event's beta rendering; ``ref_audio``
+        is reported by digest and size, never echoed (DESIGN decision 8).
+        """
+        in_rate = self.input_format.effective_rate(24_000)
+        obj: dict[str, Any] = {
+            "type": "realtime",
+            "object": "realtime.session",
+            "id": session.session_id,
+            "model": self.model,
+            "output_modalities": list(self.modalities),
+            "instructions": self.instructions or "",
+            "audio": {
+                "input": {
+                    "format": {**AudioFormat(self.input_format.name, in_rate).ga_object()},
+                    "turn_detection": copy.deepcopy(self.turn_detection),
+                },
+                "output": {
+                    "format": AudioFormat(self.output_format.name, self.output_rate_hz).ga_object(),
+                    "voice": self.voice or "alloy",
+                },
+            },
+            "max_output_tokens": self.max_output_tokens
+            if self.max_output_tokens is not None
+            else "inf",
+            "state": session.state.value,
+            "turn_state": session.turn_state.value,
+            "epoch": session.epoch,
+            "turn_id": session.turn_id,
+            "overlap_policy": self.overlap_policy,
+            "overlap_short_ack_ms": self.overlap_short_ack_ms,
+            "overlap_barge_in_ms": self.overlap_barge_in_ms,
+            "overlap_silence_rms": self.overlap_silence_rms,
+            "playback_commit_policy": self.playback_commit_policy,
+            "auto_response": self.auto_response,
+            "idle_timeout_s": session.lease.config.idle_ttl_s,
+            "playback": session.current_playback().as_dict(),
+            "capabilities": session.capabilities.as_dict(),
+        }
+        if self.temperature is not None:
+            obj["temperature"] = self.temperature
+        if self.ref_audio is not None:
+            raw = self.ref_audio.encode()
+            obj["ref_audio"] = {"sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw)}
+        obj.update(copy.deepcopy(self.echoed))
+        return obj

@@ -1,0 +1,227 @@
+"""``DuplexOrchestrator``: the orchestrator that also hosts the duplex sessions.
+
+It extends the turn-based ``Orchestrator`` (a seam it does not override falls through, so
+turn-based requests still work on a duplex deployment) and implements the
+``DuplexStagePort`` the sessions use:
+
+- a session's stage request is registered on its first submission with
+  ``owner="session:<id>"``; its first input opens it on the stage, later ones update it;
+- outputs of session-owned requests are intercepted: earlier stages forward to the next
+  stage, the final stage's outputs (and any error) go to the session's mailbox through
+  ``DuplexSessionManager.on_stage_output``; a request that no stage holds any more is
+  forgotten;
+- a dead worker ends the sessions whose requests it held;
+- the manager's reaper runs as a background task, and shutdown closes every session.
+
+Everything runs on the orchestrator loop; nothing is locked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from ..config.pipeline import PipelineConfig
+from .duplex.contracts import (
+    DuplexStagePort,
+    StageSubmission,
+    epoch_of_request,
+    session_id_of_request,
+)
+from .duplex.messages import (
+    AbandonOpenMessage,
+    CloseSessionMessage,
+    OpenSessionMessage,
+    ResumeSessionMessage,
+    SessionCommandMessage,
+    SessionEventMessage,
+    TouchSessionMessage,
+)
+from .duplex.plugin import DuplexModelPlugin
+from .duplex.runtime_config import DuplexSessionRuntimeConfig
+from .duplex.session.lease import LeaseActivity
+from .duplex.session.manager import DuplexSessionManager
+from .duplex.session.runner import StageOutputItem
+from .orchestrator import Orchestrator, OutputSink
+from .stage.handle import StageHandle
+from .stage.messages import StageInput, StageOutput, WorkerDied
+
+log = logging.getLogger(__name__)
+
+SESSION_OWNER_PREFIX = "session:"
+
+
+def session_owner(session_id: str) -> str:
+    return SESSION_OWNER_PREFIX + session_id
+
+
+class DuplexOrchestrator(Orchestrator, DuplexStagePort):
+    """Built on the orchestrator loop (``_create_orchestrator`` runs there)."""
+
+    def __init__(
+        self,
+        *,
+        stages: Sequence[StageHandle],
+        output_sink: OutputSink,
+        pipeline: PipelineConfig | None = None,
+        plugin: DuplexModelPlugin,
+        runtime: DuplexSessionRuntimeConfig,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(stages=stages, output_sink=output_sink, pipeline=pipeline)
+        self.plugin = plugin
+        self.runtime = runtime
+        self._reaper_stop = asyncio.Event()
+        self._side_tasks: set[asyncio.Task[Any]] = set()
+        served = pipeline.served_model_name if pipeline is not None else None
+        self.manager = DuplexSessionManager(
+            plugin=plugin,
+            stage_port=self,
+            runtime=runtime,
+            sink=self._emit_session_event,
+            clock=clock,
+            served_model=served or "omniduplex",
+        )
+
+    # ---- events out ------------------------------------------------------------------
+
+    def _emit_session_event(self, session_id: str, event: Any) -> None:
+        self._emit(SessionEventMessage(session_id, event))
+
+    # ---- DuplexStagePort ---------------------------------------------------------------
+    # ``stage_count`` and ``abort_requests`` are OrchestratorBase's own.
+
+    def submit(self, submission: StageSubmission) -> None:
+        request_id = submission.request_id
+        session_id = session_id_of_request(request_id)
+        if session_id is None:
+            raise ValueError(f"not a session stage request id: {request_id!r}")
+        if self.get_request(request_id) is None:
+            if not self._is_current(session_id, request_id):
+                # A late submission of a cancelled epoch (or a closed session): the abort
+                # already covered its id; registering it again would resurrect it.
+                log.debug("stale session submission %s dropped", request_id)
+                return
+            if self._dead_reason is not None:
+                raise RuntimeError(self._dead_reason)
+            self.register_request(request_id, owner=session_owner(session_id))
+        sent = self.submit_stage_input(
+            submission.stage_index,
+            request_id,
+            StageInput(dict(submission.data), final=submission.final),
+        )
+        if not sent and self.get_request(request_id) is None:
+            # The stage refused it (unavailable) and the request was failed: an owned
+            # request's failure reaches nobody else, so the session learns it here.
+            raise RuntimeError(f"stage {submission.stage_index} could not take {request_id}")
+
+    def _is_current(self, session_id: str, request_id: str) -> bool:
+        runner = self.manager.runners.get(session_id)
+        if runner is None or runner.closing:
+            return False
+        return epoch_of_request(request_id) == runner.session.epoch
+
+    async def cleanup(self, request_ids: Sequence[str]) -> None:
+        self.abort_requests(request_ids)
+
+    # ---- stage outputs ---------------------------------------------------------------
+
+    def _intercept_stage_output(self, stage_index: int, output: StageOutput) -> bool:
+        state = self.get_request(output.request_id)
+        if state is None or state.owner is None:
+            return False
+        if not state.owner.startswith(SESSION_OWNER_PREFIX):
+            return False
+        session_id = session_id_of_request(output.request_id)
+        if session_id is None:
+            return False
+        if output.error is None and stage_index < state.final_stage_index:
+            next_input = self._build_next_stage_input(stage_index, output)
+            if next_input is not None:
+                self.submit_stage_input(stage_index + 1, output.request_id, next_input)
+        else:
+            finished = output.finished and (output.error is not None or not state.live_stages)
+            self.manager.on_stage_output(
+                session_id,
+                StageOutputItem(
+                    request_id=output.request_id,
+                    data=output.data,
+                    finished=finished,
+                    error=output.error,
+                    compute_s=output.metrics.compute_s,
+                ),
+            )
+        if output.error is not None or (output.finished and not state.live_stages):
+            # No stage holds it any more (or it failed): release it. Aborting also stops
+            # whatever later stage still holds a failed request.
+            self.abort_request(output.request_id)
+        return True
+
+    # ---- worker death ----------------------------------------------------------------
+
+    def _on_worker_died(self, event: WorkerDied) -> None:
+        owned = {
+            rid for rid in event.request_ids_in_flight if session_id_of_request(rid) is not None
+        }
+        super()._on_worker_died(event)
+        if owned:
+            stage = self.stage(event.stage_index)
+            reason = f"stage {stage.index} ({stage.name}) worker died: {event.reason}"
+            self._spawn(self.manager.close_sessions_of_requests(owned, reason))
+
+    # ---- client messages ---------------------------------------------------------------
+
+    def _dispatch_message(self, message: object) -> bool:
+        if isinstance(message, SessionCommandMessage):
+            self.manager.dispatch(message.session_id, message.command)
+            return True
+        if isinstance(message, AbandonOpenMessage):
+            if message.session_id in self.manager.runners:
+                self._spawn(self.manager.close(message.session_id, "open_abandoned"))
+            else:
+                self.manager.abandon_open(message.session_id)
+            return True
+        return super()._dispatch_message(message)
+
+    async def _handle_rpc(self, message: object) -> Any:
+        manager = self.manager
+        if isinstance(message, OpenSessionMessage):
+            if self._dead_reason is not None:
+                raise RuntimeError(self._dead_reason)
+            return await manager.open(message.session_id, message.session)
+        if isinstance(message, CloseSessionMessage):
+            return await manager.close(message.session_id, message.reason)
+        if isinstance(message, ResumeSessionMessage):
+            return manager.resume(message.session_id, message.expected_lease_generation)
+        if isinstance(message, TouchSessionMessage):
+            return manager.touch(message.session_id, LeaseActivity(message.activity))
+        return await super()._handle_rpc(message)
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_task_done)
+
+    def _side_task_done(self, task: asyncio.Task[Any]) -> None:
+        self._side_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("duplex orchestrator task failed", exc_info=task.exception())
+
+    def _background_tasks(self) -> list[Coroutine[Any, Any, None]]:
+        return [*super()._background_tasks(), self.manager.reaper_loop(self._reaper_stop)]
+
+    async def _shutdown_extensions(self) -> None:
+        self._reaper_stop.set()
+        try:
+            await self.manager.shutdown("shutdown")
+        finally:
+            side = list(self._side_tasks)
+            for task in side:
+                task.cancel()
+            await asyncio.gather(*side, return_exceptions=True)
+            await super()._shutdown_extensions()
