@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -11,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 from ...protocol.duplex import (
     DEFAULT_OUTPUT_RATE_HZ,
     AudioFormat,
+    RealtimeInputDefaults,
     RealtimeProtocolError,
+    build_session_object,
     check_overlap_policy,
     overlap_policy_for,
     parse_input_format,
@@ -209,32 +210,13 @@ class SessionSettings:
         }
 
     def public_object(self, session: DuplexEngineSession) -> dict[str, Any]:
-        """The session object of ``session.created`` / ``session.updated`` (GA shape).
+        """The session object of ``session.created`` / ``session.updated``.
 
-        Beta clients get the flat fields through the event's beta rendering; ``ref_audio``
-        is reported by digest and size, never echoed (DESIGN decision 8).
+        Built by the codec's one session-object builder: both spellings, the effective
+        formats and rates, ``ref_audio`` by digest only (DESIGN decision 8), plus the
+        engine's own keys.
         """
-        in_rate = self.input_format.effective_rate(24_000)
-        obj: dict[str, Any] = {
-            "type": "realtime",
-            "object": "realtime.session",
-            "id": session.session_id,
-            "model": self.model,
-            "output_modalities": list(self.modalities),
-            "instructions": self.instructions or "",
-            "audio": {
-                "input": {
-                    "format": {**AudioFormat(self.input_format.name, in_rate).ga_object()},
-                    "turn_detection": copy.deepcopy(self.turn_detection),
-                },
-                "output": {
-                    "format": AudioFormat(self.output_format.name, self.output_rate_hz).ga_object(),
-                    "voice": self.voice or "alloy",
-                },
-            },
-            "max_output_tokens": self.max_output_tokens
-            if self.max_output_tokens is not None
-            else "inf",
+        state = {
             "state": session.state.value,
             "turn_state": session.turn_state.value,
             "epoch": session.epoch,
@@ -249,10 +231,21 @@ class SessionSettings:
             "playback": session.current_playback().as_dict(),
             "capabilities": session.capabilities.as_dict(),
         }
-        if self.temperature is not None:
-            obj["temperature"] = self.temperature
-        if self.ref_audio is not None:
-            raw = self.ref_audio.encode()
-            obj["ref_audio"] = {"sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw)}
-        obj.update(copy.deepcopy(self.echoed))
-        return obj
+        return build_session_object(
+            session.session_id,
+            model=self.model,
+            formats=RealtimeInputDefaults(
+                input_format=self.input_format,
+                output_format=self.output_format,
+                overlap_silence_rms=self.overlap_silence_rms,
+            ),
+            output_modalities=self.modalities,
+            instructions=self.instructions,
+            voice=self.voice,
+            temperature=self.temperature,
+            max_output_tokens=self.max_output_tokens,
+            turn_detection=self.turn_detection,
+            ref_audio=self.ref_audio,
+            state=state,
+            client=self.echoed,
+        )

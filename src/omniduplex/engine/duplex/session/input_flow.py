@@ -203,8 +203,19 @@ class InputFlow:
         with self._convert_lock:
             tail = self._converter.flush()
         if tail.size:
+            # The resampler holds back its filter delay: a short append at another rate
+            # may only show its speech here, at the end of the turn.
+            start_ms = self._position * 1000 // self.rate_hz
+            self._position += tail.size
             turn.chunks.append(tail)
             turn.samples += tail.size
+            if self.runner.turns is None and rms(tail) >= settings.overlap_silence_rms:
+                turn.speech_samples += tail.size
+                if not turn.speech_active and turn.appended and is_speech is not False:
+                    turn.speech_active = True
+                    turn.item_id = turn.item_id or new_item_id()
+                    turn.audio_start_ms = start_ms
+                    self.out.speech_started(start_ms, turn.item_id)
         if not turn.appended:
             self.out.error(
                 "input_audio_buffer_empty",
@@ -215,9 +226,7 @@ class InputFlow:
         speech = turn.has_speech if is_speech is None else is_speech
         item_id = turn.item_id or new_item_id()
         if turn.speech_active and not vad:
-            self.out.speech_stopped(
-                turn.samples * 1000 // self.rate_hz + turn.audio_start_ms, item_id
-            )
+            self.out.speech_stopped(self._position * 1000 // self.rate_hz, item_id)
         transcript = " ".join(turn.transcript_hints).strip()
         part: dict[str, Any] = {"type": "input_audio", "transcript": transcript or None}
         if not speech:
