@@ -50,6 +50,8 @@ ERROR_CLASS_BY_CODE: Final = MappingProxyType(
         "invalid_resume_token": _CLIENT,
         "session_resume_conflict": _CLIENT,
         "unauthorized": _CLIENT,
+        "route_not_available": _CLIENT,
+        "http_error": _CLIENT,
         "resource_exhausted": _RATE,
         "input_backpressure": _RATE,
         # session configuration
@@ -99,6 +101,7 @@ ERROR_CLASS_BY_CODE: Final = MappingProxyType(
         "model_backend_failed": _SERVER,
         "stage_worker_died": _SERVER,
         "server_shutting_down": _SERVER,
+        "server_starting": _SERVER,
     }
 )
 

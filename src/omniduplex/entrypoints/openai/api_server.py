@@ -1,0 +1,156 @@
+"""The FastAPI app: Realtime WebSocket routes, models, health, chat completions.
+
+On a duplex deployment ``/v1/realtime`` (alias ``/v1/duplex``) serves duplex sessions;
+``?duplex=0`` opts out and is answered that the turn-based Realtime API is not available.
+Every route the deployment does not serve answers a JSON 404 that names it. With an API
+key, every route requires it: ``Authorization: Bearer <key>``, or for browsers the
+WebSocket subprotocol ``openai-insecure-api-key.<key>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request, WebSocket
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ...protocol.duplex import DuplexCommandError, ErrorEvent
+from ..duplex.realtime_input import duplex_requested
+from ..duplex.serving import OmniDuplexSessionHandler
+from ..duplex_omni import DuplexOmni
+
+API_KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
+
+
+def _error_body(code: str, message: str, status: int) -> JSONResponse:
+    event = ErrorEvent.build(code, message)
+    body = event.to_realtime("ga") or {}
+    return JSONResponse({"error": body.get("error", {})}, status_code=status)
+
+
+def _key_matches(presented: str | None, expected: str) -> bool:
+    return presented is not None and hmac.compare_digest(presented.encode(), expected.encode())
+
+
+def _bearer(value: str | None) -> str | None:
+    if value and value.lower().startswith("bearer "):
+        return value[7:].strip()
+    return None
+
+
+def _subprotocol_key(websocket: WebSocket) -> str | None:
+    raw = websocket.headers.get("sec-websocket-protocol", "")
+    for offered in (p.strip() for p in raw.split(",")):
+        if offered.startswith(API_KEY_SUBPROTOCOL_PREFIX):
+            return offered[len(API_KEY_SUBPROTOCOL_PREFIX) :]
+    return None
+
+
+def _wants_duplex(websocket: WebSocket) -> bool:
+    try:
+        return duplex_requested(websocket.query_params)
+    except DuplexCommandError:
+        return True  # the handler answers the malformed flag with its typed error
+
+
+def build_app(omni: DuplexOmni, *, api_key: str | None = None, model_name: str) -> FastAPI:
+    """The server for one duplex deployment; ``omni`` is started by the app's lifespan."""
+    handler_box: dict[str, OmniDuplexSessionHandler] = {}
+    created = int(time.time())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await omni.start()
+        app.state.loop = asyncio.get_running_loop()
+        handler_box["handler"] = OmniDuplexSessionHandler(omni)
+        app.state.ready = True
+        try:
+            yield
+        finally:
+            app.state.ready = False
+            await handler_box["handler"].shutdown()
+            await omni.shutdown()
+
+    app = FastAPI(title="omniduplex", lifespan=lifespan)
+    app.state.ready = False
+    app.state.omni = omni
+    app.state.handlers = handler_box
+
+    @app.middleware("http")
+    async def require_key(request: Request, call_next: Any) -> Any:
+        presented = _bearer(request.headers.get("authorization"))
+        guarded = api_key is not None and request.url.path != "/health"
+        if guarded and not _key_matches(presented, api_key):
+            return _error_body("unauthorized", "Missing or invalid API key", 401)
+        return await call_next(request)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def not_available(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return _error_body(
+                "route_not_available",
+                f"{request.method} {request.url.path} is not available for this deployment",
+                404,
+            )
+        return _error_body("http_error", str(exc.detail), exc.status_code)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        ready = bool(app.state.ready) and omni.started
+        status = 200 if ready else 503
+        return JSONResponse({"status": "ok" if ready else "starting"}, status_code=status)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {"id": model_name, "object": "model", "created": created, "owned_by": "omniduplex"}
+            ],
+        }
+
+    async def realtime(websocket: WebSocket, *, alias: bool) -> None:
+        if api_key is not None:
+            presented = _bearer(websocket.headers.get("authorization")) or _subprotocol_key(
+                websocket
+            )
+            if not _key_matches(presented, api_key):
+                await websocket.accept()
+                event = ErrorEvent.build("unauthorized", "Missing or invalid API key")
+                await websocket.send_json(event.to_realtime("ga"))
+                await websocket.close(code=1008, reason="unauthorized")
+                return
+        if not alias and not _wants_duplex(websocket):
+            await websocket.accept()
+            event = ErrorEvent.build(
+                "route_not_available",
+                "the turn-based Realtime API is not available on this deployment",
+            )
+            await websocket.send_json(event.to_realtime("ga"))
+            await websocket.close(code=1008)
+            return
+        handler = handler_box.get("handler")
+        if handler is None or not app.state.ready:
+            await websocket.accept()
+            await websocket.send_json(
+                ErrorEvent.build("server_starting", "the server is warming up").to_realtime("ga")
+            )
+            await websocket.close(code=1013)
+            return
+        await handler.handle(websocket)
+
+    @app.websocket("/v1/realtime")
+    async def realtime_route(websocket: WebSocket) -> None:
+        await realtime(websocket, alias=False)
+
+    @app.websocket("/v1/duplex")
+    async def duplex_route(websocket: WebSocket) -> None:
+        await realtime(websocket, alias=True)
+
+    return app

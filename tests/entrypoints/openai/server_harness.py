@@ -1,0 +1,126 @@
+"""A real omniduplex server on a free loopback port, run in a background thread."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import orjson
+import uvicorn
+from websockets.asyncio.client import connect
+
+from omniduplex.config.pipeline import load_deploy_config
+from omniduplex.entrypoints.duplex_omni import DuplexOmni
+from omniduplex.entrypoints.openai.api_server import build_app
+
+# Guards against hangs only; no assertion depends on how long anything takes.
+TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclasses.dataclass
+class RunningServer:
+    port: int
+    app: Any
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/realtime"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def handler(self) -> Any:
+        return self.app.state.handlers["handler"]
+
+
+@contextlib.contextmanager
+def run_server(
+    deployment: str = "loopback-fast", *, api_key: str | None = None, **duplex_session: Any
+) -> Iterator[RunningServer]:
+    pipeline = load_deploy_config(deployment)
+    if duplex_session:
+        merged = {**pipeline.duplex_session, **duplex_session}
+        pipeline = dataclasses.replace(pipeline, duplex_session=merged)
+    app = build_app(DuplexOmni(pipeline), api_key=api_key, model_name="loopback")
+    port = free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + TIMEOUT_S
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("server did not start")
+        time.sleep(0.02)
+    try:
+        yield RunningServer(port, app, server, thread)
+    finally:
+        server.should_exit = True
+        thread.join(TIMEOUT_S)
+
+
+def sine_pcm16(ms: int, *, rate: int = 24_000, freq: float = 300.0) -> bytes:
+    t = np.arange(rate * ms // 1000) / rate
+    return (0.3 * np.sin(2 * np.pi * freq * t) * 32767).astype("<i2").tobytes()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+class WireClient:
+    """A raw Realtime client: JSON text frames in, parsed dicts out."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.received: list[dict[str, Any]] = []
+
+    async def send(self, obj: dict[str, Any]) -> None:
+        await self.ws.send(orjson.dumps(obj).decode())
+
+    async def recv(self) -> dict[str, Any]:
+        raw = await asyncio.wait_for(self.ws.recv(), TIMEOUT_S)
+        event = orjson.loads(raw)
+        self.received.append(event)
+        return event
+
+    async def until(self, wanted: str | tuple[str, ...]) -> list[dict[str, Any]]:
+        wanted = (wanted,) if isinstance(wanted, str) else wanted
+        out = []
+        while True:
+            event = await self.recv()
+            out.append(event)
+            if event["type"] in wanted:
+                return out
+
+    async def speak(self, ms: int = 600, *, rate: int = 24_000) -> None:
+        pcm = sine_pcm16(ms, rate=rate)
+        step = rate * 2 // 10
+        for i in range(0, len(pcm), step):
+            await self.send({"type": "input_audio_buffer.append", "audio": b64(pcm[i : i + step])})
+
+
+@contextlib.asynccontextmanager
+async def wire(url: str, **kwargs: Any):
+    async with connect(url, max_size=None, open_timeout=TIMEOUT_S, **kwargs) as ws:
+        yield WireClient(ws)
