@@ -17,6 +17,7 @@ import numpy as np
 
 from .capabilities import DuplexCapabilities
 from .contracts import DuplexFence
+from .vad import SpeechClassifier
 
 
 class DuplexRuntimeConfigError(ValueError):
@@ -146,6 +147,10 @@ class DuplexModelPlugin(ABC):
 
         The default accepts everything the codec already validated.
         """
+        return None
+
+    def create_speech_classifier(self) -> SpeechClassifier | None:
+        """A per-session speech classifier for server VAD (``None``: the energy default)."""
         return None
 
     def plan_input_unit(

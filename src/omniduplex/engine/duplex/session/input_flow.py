@@ -354,7 +354,9 @@ class InputFlow:
             )
             return
         session.settings = updated
-        self.runner.turns = TurnDetector.from_settings(updated, self.rate_hz)
+        self.runner.turns = TurnDetector.from_settings(
+            updated, self.rate_hz, self.runner.plugin.create_speech_classifier
+        )
         self.out.session_updated()
 
     def on_signal_turn(self, command: cmd.SignalTurn) -> None:

@@ -81,7 +81,9 @@ class DuplexSessionRunner:
         self._input_tail: asyncio.Task[None] | None = None
         self._input_tasks: set[asyncio.Task[None]] = set()
         self.out = SessionEmitter(session, sink)
-        self.turns = TurnDetector.from_settings(session.settings, plugin.input_sample_rate_hz)
+        self.turns = TurnDetector.from_settings(
+            session.settings, plugin.input_sample_rate_hz, plugin.create_speech_classifier
+        )
         self.responses = ResponseFlow(self)
         self.inputs = InputFlow(self)
 

@@ -7,35 +7,13 @@ seam: the default is an energy detector; a model can provide a neural one (Siler
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-FRAME_MS = 20
-
-
-class SpeechClassifier(ABC):
-    """Speech probability of one frame of float32 audio."""
-
-    @abstractmethod
-    def probability(self, frame: np.ndarray) -> float: ...
-
-    def reset(self) -> None:  # noqa: B027 - optional hook, stateless by default
-        """Forget state between utterances (stateless by default)."""
-
-
-class EnergyClassifier(SpeechClassifier):
-    """Loudness as probability: -28 dBFS RMS (0.04) and above reads as certain speech."""
-
-    FULL_SCALE_RMS = 0.04
-
-    def probability(self, frame: np.ndarray) -> float:
-        if frame.size == 0:
-            return 0.0
-        level = float(np.sqrt(np.mean(np.square(frame, dtype=np.float64))))
-        return min(1.0, level / self.FULL_SCALE_RMS)
+from ..vad import EnergyClassifier, SpeechClassifier
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +41,7 @@ class TurnDetector:
         self.silence_duration_ms = silence_duration_ms
         self.min_speech_duration_ms = min_speech_duration_ms
         self.classifier = classifier or EnergyClassifier()
-        self._frame = rate_hz * FRAME_MS // 1000
+        self._frame = rate_hz * self.classifier.frame_ms // 1000
         self._pending = np.zeros(0, dtype=np.float32)
         self._position = 0  # samples consumed, i.e. the audio clock
         self._speaking = False
@@ -71,7 +49,12 @@ class TurnDetector:
         self._silence_run = 0
 
     @classmethod
-    def from_settings(cls, settings: Any, rate_hz: int) -> TurnDetector | None:
+    def from_settings(
+        cls,
+        settings: Any,
+        rate_hz: int,
+        classifier_factory: Callable[[], SpeechClassifier | None] | None = None,
+    ) -> TurnDetector | None:
         config = getattr(settings, "turn_detection", None)
         if not config:
             return None
@@ -81,6 +64,7 @@ class TurnDetector:
             prefix_padding_ms=int(config.get("prefix_padding_ms", 300)),
             silence_duration_ms=int(config.get("silence_duration_ms", 500)),
             min_speech_duration_ms=int(config.get("min_speech_duration_ms", 60)),
+            classifier=classifier_factory() if classifier_factory else None,
         )
 
     @property
