@@ -56,8 +56,14 @@ def _serve(args: argparse.Namespace) -> int:
     model_name = pipeline.served_model_name or pipeline.name
     app = build_app(omni, api_key=args.api_key, model_name=model_name)
     logging.basicConfig(level=args.log_level.upper())
+    # Audio in base64 does not compress; deflate would only burn CPU on every frame.
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level=args.log_level, ws="websockets-sansio"
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        ws="websockets-sansio",
+        ws_per_message_deflate=False,
     )
     _graceful_server_class()(config).run()
     return 0
