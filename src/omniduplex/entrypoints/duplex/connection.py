@@ -57,6 +57,8 @@ class RealtimeConnection:
         self._bytes = 0
         self._wakeup = asyncio.Event()
         self._sequencer: Sequencer | None = None
+        self._on_sent: Callable[[dict[str, Any]], None] | None = None
+        self._on_dropped: Callable[[int], None] | None = None
         self._close_after: tuple[int, str] | None = None
         self._writer: asyncio.Task[None] | None = None
         self.closed = False
@@ -65,9 +67,18 @@ class RealtimeConnection:
     def start(self) -> None:
         self._writer = asyncio.get_running_loop().create_task(self._write())
 
-    def bind(self, sequencer: Sequencer) -> None:
-        """Session events from now on are numbered by ``sequencer`` as they are sent."""
+    def bind(
+        self,
+        sequencer: Sequencer,
+        *,
+        on_sent: Callable[[dict[str, Any]], None] | None = None,
+        on_dropped: Callable[[int], None] | None = None,
+    ) -> None:
+        """Session events from now on are numbered by ``sequencer`` as they are sent;
+        ``on_sent`` sees each one, ``on_dropped`` counts media a cancel overtook."""
         self._sequencer = sequencer
+        self._on_sent = on_sent
+        self._on_dropped = on_dropped
 
     # ---- enqueue --------------------------------------------------------------------
 
@@ -115,7 +126,10 @@ class RealtimeConnection:
                 self._bytes -= _size(rendered)
                 continue
             kept.append((rendered, data))
+        dropped = len(self._queue) - len(kept)
         self._queue = kept
+        if dropped and self._on_dropped is not None:
+            self._on_dropped(dropped)
 
     # ---- the writer -------------------------------------------------------------------
 
@@ -136,6 +150,8 @@ class RealtimeConnection:
                     data = self._sequencer(rendered) if self._sequencer else None
                     if data is None:
                         continue
+                    if self._on_sent is not None:
+                        self._on_sent(rendered)
                 else:
                     self._bytes -= len(data or b"")
                 await self.websocket.send_text(data.decode())

@@ -25,6 +25,7 @@ from ...protocol.duplex import DuplexCommandError
 from ...protocol.duplex import commands as cmd
 from ...protocol.duplex import events as ev
 from ..duplex_omni import DuplexOmni, DuplexSessionHandle
+from ..openai.metrics import ServerMetrics
 from .connection import RealtimeConnection
 from .journal import DuplexTransportError, JournalGap
 from .realtime_input import RealtimeEnvelope, encode_frame
@@ -51,9 +52,12 @@ class OmniDuplexSessionHandler:
         omni: DuplexOmni,
         *,
         config_timeout_s: float = 10.0,
+        metrics: ServerMetrics | None = None,
     ) -> None:
         runtime = omni.runtime_config
         self.omni = omni
+        self.metrics = metrics or ServerMetrics()
+        self.metrics.journal_bytes.set_function(self._journal_bytes)
         self.config_timeout_s = config_timeout_s
         # A socket's unsent events are bounded like a handle's outbox (decision 13).
         self.max_outbound_events = runtime.max_outbox_events_per_session
@@ -146,18 +150,21 @@ class OmniDuplexSessionHandler:
         try:
             handle = await self.omni.open_session(payload)
         except DuplexSessionError as exc:
+            self.metrics.rejected.labels(exc.code).inc()
             conn.send_local(envelope.error_frame(exc.code, str(exc)))
             conn.close_after_pending(1000, exc.code)
             await conn.drain()
             return None
         session_id = handle.session_id
+        self.metrics.admitted.inc()
+        self.metrics.active.inc()
         resumable = bool(handle.capabilities.get("supports_session_resume"))
         token, generation = self.registry.register(
             session_id, resumable=resumable, socket=conn, lease_generation=handle.lease_generation
         )
         sequencer = self._sequencer(session_id)
         envelope.bind_session(session_id, sequencer)
-        conn.bind(sequencer)
+        self._bind(conn, session_id, sequencer)
         if handle.open_result is not None:
             envelope.adopt_session(handle.open_result.public_session)
         state = _Session(
@@ -171,6 +178,17 @@ class OmniDuplexSessionHandler:
         if pending is not None:
             self._submit(envelope, conn, handle, pending)
         return session_id
+
+    def _bind(self, conn: RealtimeConnection, session_id: str, sequencer: Any) -> None:
+        metrics = self.metrics
+        conn.bind(
+            sequencer,
+            on_sent=lambda rendered: metrics.event_sent(session_id, rendered),
+            on_dropped=metrics.outbox_drops.inc,
+        )
+
+    def _journal_bytes(self) -> float:
+        return float(sum(self.registry.journal(sid).retained_bytes for sid in list(self.registry)))
 
     def _sequencer(self, session_id: str):
         registry = self.registry
@@ -197,6 +215,7 @@ class OmniDuplexSessionHandler:
             except DuplexCommandError as exc:
                 self._error(envelope, conn, exc)
                 continue
+            self.metrics.command_received(session_id, command.type)
             if isinstance(command, cmd.AckEvents):
                 try:
                     self.registry.ack(session_id, command.server_event_seq)
@@ -289,8 +308,9 @@ class OmniDuplexSessionHandler:
         sequencer = self._sequencer(session_id)
         envelope.bind_session(session_id, sequencer)
         envelope.adopt_session(public)
-        conn.bind(sequencer)
+        self._bind(conn, session_id, sequencer)
         self.registry.confirm_resume(session_id, grant.generation)
+        self.metrics.resumes.inc()
         if isinstance(grant.previous_socket, RealtimeConnection):
             replaced = ev.SessionReplaced(
                 session_id=session_id, attachment_generation=grant.previous_generation
@@ -325,6 +345,7 @@ class OmniDuplexSessionHandler:
             log.warning("session %s: engine ended: %s", session_id, exc)
         finally:
             state.ended.set()
+            self.metrics.session_ended(session_id)
             conn = self.registry.socket_of(session_id)
             self._sessions.pop(session_id, None)
             if isinstance(conn, RealtimeConnection):

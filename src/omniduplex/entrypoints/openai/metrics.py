@@ -1,0 +1,87 @@
+"""Prometheus metrics of one server (``GET /metrics``), on a registry of its own.
+
+Operators and ``omniduplex bench`` read the same numbers: sessions, appends, events,
+reply latency (commit -> first audio), barge-in stop latency (cancel received ->
+``response.done`` sent), resumes, journal bytes and outbox drops.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_CANCELS = frozenset({"response.cancel", "barge_in", "input.cancel", "output_audio_buffer.clear"})
+_AUDIO = frozenset({"response.output_audio.delta", "response.audio.delta"})
+
+
+class ServerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.active = Gauge("omniduplex_sessions_active", "Sessions open now", registry=r)
+        self.admitted = Counter("omniduplex_sessions_admitted", "Sessions opened", registry=r)
+        self.rejected = Counter(
+            "omniduplex_sessions_rejected", "Opens refused", ["code"], registry=r
+        )
+        self.appends = Counter("omniduplex_appends", "Audio appends received", registry=r)
+        self.events = Counter("omniduplex_events_sent", "Session events sent", ["type"], registry=r)
+        self.reply_latency = Histogram(
+            "omniduplex_reply_latency_seconds",
+            "input_audio_buffer.committed to the response's first audio delta",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.barge_in_latency = Histogram(
+            "omniduplex_barge_in_stop_seconds",
+            "cancel command received to response.done(cancelled) sent",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.resumes = Counter("omniduplex_resumes", "Successful session resumes", registry=r)
+        self.journal_bytes = Gauge(
+            "omniduplex_journal_bytes", "Bytes held by replay journals", registry=r
+        )
+        self.outbox_drops = Counter(
+            "omniduplex_outbox_drops", "Events dropped by outbound bounds", registry=r
+        )
+        # per session: when its last commit landed / last cancel arrived (monotonic s)
+        self._committed_at: dict[str, float] = {}
+        self._cancel_at: dict[str, float] = {}
+        self._awaiting_audio: set[str] = set()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def command_received(self, session_id: str, wire_type: str) -> None:
+        if wire_type == "input_audio_buffer.append":
+            self.appends.inc()
+        elif wire_type in _CANCELS:
+            self._cancel_at[session_id] = time.monotonic()
+
+    def event_sent(self, session_id: str, event: dict[str, Any]) -> None:
+        kind = event.get("type", "")
+        self.events.labels(kind).inc()
+        now = time.monotonic()
+        if kind == "input_audio_buffer.committed":
+            self._committed_at[session_id] = now
+            self._awaiting_audio.add(session_id)
+        elif kind in _AUDIO and session_id in self._awaiting_audio:
+            self._awaiting_audio.discard(session_id)
+            committed = self._committed_at.get(session_id)
+            if committed is not None:
+                self.reply_latency.observe(now - committed)
+        elif kind == "response.done":
+            self._awaiting_audio.discard(session_id)
+            response = event.get("response") or {}
+            cancelled_at = self._cancel_at.pop(session_id, None)
+            if response.get("status") == "cancelled" and cancelled_at is not None:
+                self.barge_in_latency.observe(now - cancelled_at)
+
+    def session_ended(self, session_id: str) -> None:
+        self.active.dec()
+        self._committed_at.pop(session_id, None)
+        self._cancel_at.pop(session_id, None)
+        self._awaiting_audio.discard(session_id)
