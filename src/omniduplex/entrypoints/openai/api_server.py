@@ -17,10 +17,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request, WebSocket
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...protocol.duplex import DuplexCommandError, ErrorEvent
+from ..duplex.chat_completions import DuplexChatCompletionsAdapter
 from ..duplex.realtime_input import duplex_requested
 from ..duplex.serving import OmniDuplexSessionHandler
 from ..duplex_omni import DuplexOmni
@@ -114,6 +115,16 @@ def build_app(omni: DuplexOmni, *, api_key: str | None = None, model_name: str) 
                 {"id": model_name, "object": "model", "created": created, "owned_by": "omniduplex"}
             ],
         }
+
+    chat = DuplexChatCompletionsAdapter(omni, model_name=model_name)
+    app.state.chat_completions = chat
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        # Served only when the loaded plugin declares supports_chat_completions.
+        if chat.plugin is not None and not chat.available:
+            raise StarletteHTTPException(404)
+        return await chat.create_chat_completion(request)
 
     async def realtime(websocket: WebSocket, *, alias: bool) -> None:
         if api_key is not None:
