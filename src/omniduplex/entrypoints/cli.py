@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 DEPLOY_DIR = Path(__file__).resolve().parent.parent / "deploy"
-DEFAULT_DEPLOYMENT = "loopback"
+DEFAULT_DEPLOYMENT = "cascade"
 
 
 def _deployments() -> list[str]:

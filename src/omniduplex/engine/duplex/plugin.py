@@ -149,6 +149,11 @@ class DuplexModelPlugin(ABC):
         """
         return None
 
+    def default_session(self) -> dict[str, Any]:
+        """Session settings (a Realtime session object) a session starts from before the
+        client's own; e.g. ``{"turn_detection": {"type": "server_vad"}}``."""
+        return {}
+
     def create_speech_classifier(self) -> SpeechClassifier | None:
         """A per-session speech classifier for server VAD (``None``: the energy default)."""
         return None

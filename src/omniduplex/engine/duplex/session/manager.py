@@ -110,11 +110,13 @@ class DuplexSessionManager:
             )
         self._admitting.add(session_id)
         try:
+            # The model's defaults first (e.g. server VAD for a VAD-driven cascade), then
+            # whatever the client sent on top.
             settings = SessionSettings.from_realtime(
-                payload,
+                self.plugin.default_session(),
                 served_model=self.served_model,
                 max_idle_timeout_s=self.runtime.max_idle_timeout_s,
-            )
+            ).updated(payload, opening=True, max_idle_timeout_s=self.runtime.max_idle_timeout_s)
             model_config = settings.as_model_config()
             # Plugin hooks may block (loading a voice prompt): keep them off the loop.
             await self._offload(self.plugin.validate_session_config, model_config)

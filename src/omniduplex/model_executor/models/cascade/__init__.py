@@ -1,0 +1,13 @@
+"""``cascade``: the embedded CPU speech assistant (see DESIGN.md, "Models").
+
+Silero VAD (the plugin's speech classifier, so server VAD finds turns), then three stages
+run by the stage engine: pocketsphinx ASR -> responder (built-in rules or any
+OpenAI-compatible chat endpoint) -> espeak-ng TTS. Every weight ships inside a PyPI
+package (``pip install omniduplex[cascade]``).
+"""
+
+# The plugin (plugin.py) is not imported here: a stage worker loads its stage model
+# through this package and must not pull in the duplex stack.
+from .options import CascadeOptions
+
+__all__ = ["CascadeOptions"]

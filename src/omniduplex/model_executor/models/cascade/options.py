@@ -1,0 +1,125 @@
+"""Settings shared by the cascade stages and its duplex plugin.
+
+The deploy YAML gives every stage the same ``kwargs`` block (a YAML anchor), and the
+plugin reads stage 0's, so all of them agree without a second source of truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+INPUT_RATE_HZ = 16_000  # Silero and the pocketsphinx en-US model both want 16 kHz
+OUTPUT_RATE_HZ = 24_000
+RESPONDERS = ("builtin", "openai")
+
+
+@dataclass(frozen=True, slots=True)
+class CascadeOptions:
+    """Every knob of the cascade; unknown keys are refused so typos surface.
+
+    ASR: ``asr_pool_size`` decoders (about 90 MB each) are shared by all sessions; a turn
+    waits at most ``asr_wait_s`` for one, then fails with ``asr_pool_exhausted``.
+    ``asr_grammar`` (JSGF text) or ``asr_sentences`` (expected sentences) restricts
+    recognition, which makes it exact on synthetic voices; without either the en-US
+    language model decodes free speech. ``asr_trim_silence`` runs Silero over a committed
+    turn and decodes from its first speech (less ``asr_trim_pad_ms``): a commit holds
+    everything since the last one, and noise before the speech derails the decoder; a
+    turn without speech is heard as nothing. ``asr_chunk_ms`` of audio is decoded per request
+    per step, so long turns of several sessions interleave.
+
+    Responder: ``builtin`` (deterministic rules; ``responder_now`` pins its clock, ISO
+    8601) or ``openai`` (``llm_base_url`` + ``llm_model`` [+ ``llm_api_key``], streamed;
+    ``llm_timeout_s`` bounds connect and every read).
+
+    TTS: espeak-ng ``voice``, ``speech_rate_wpm``, ``pitch``; audio is resampled to
+    ``output_rate_hz`` and cut into units of ``unit_ms`` (the transcript is spread over
+    them).
+    """
+
+    input_rate_hz: int = INPUT_RATE_HZ
+    output_rate_hz: int = OUTPUT_RATE_HZ
+    unit_ms: int = 200
+    asr_pool_size: int = 2
+    asr_wait_s: float = 5.0
+    asr_chunk_ms: int = 1000
+    asr_grammar: str | None = None
+    asr_sentences: tuple[str, ...] | None = None
+    asr_dither: float = 0.001
+    asr_trim_silence: bool = True
+    asr_trim_pad_ms: int = 300
+    responder: str = "builtin"
+    responder_now: str | None = None
+    system_prompt: str = (
+        "You are a helpful voice assistant. Answer in one or two short spoken sentences."
+    )
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: str | None = None
+    llm_timeout_s: float = 30.0
+    llm_max_tokens: int | None = 256
+    voice: str = "en-us"
+    speech_rate_wpm: int = 175
+    pitch: int = 50
+
+    def __post_init__(self) -> None:
+        if self.input_rate_hz != INPUT_RATE_HZ:
+            raise ValueError("cascade option input_rate_hz must be 16000 (Silero, pocketsphinx)")
+        for name in (
+            "output_rate_hz",
+            "unit_ms",
+            "asr_pool_size",
+            "asr_chunk_ms",
+            "asr_trim_pad_ms",
+            "speech_rate_wpm",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"cascade option {name} must be a positive integer")
+        for name in ("asr_wait_s", "llm_timeout_s", "asr_dither"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"cascade option {name} must be a non-negative number")
+        if self.llm_timeout_s <= 0:
+            raise ValueError("cascade option llm_timeout_s must be positive")
+        if self.output_rate_hz * self.unit_ms % 1000:
+            raise ValueError("cascade option unit_ms must be a whole number of output samples")
+        if self.responder not in RESPONDERS:
+            raise ValueError(f"cascade option responder must be one of {', '.join(RESPONDERS)}")
+        if self.responder == "openai" and not (self.llm_base_url and self.llm_model):
+            raise ValueError("cascade responder 'openai' needs llm_base_url and llm_model")
+        if self.asr_sentences is not None:
+            if isinstance(self.asr_sentences, str) or not isinstance(self.asr_sentences, Sequence):
+                raise ValueError("cascade option asr_sentences must be a list of sentences")
+            object.__setattr__(self, "asr_sentences", tuple(str(s) for s in self.asr_sentences))
+        if self.llm_max_tokens is not None and (
+            isinstance(self.llm_max_tokens, bool)
+            or not isinstance(self.llm_max_tokens, int)
+            or self.llm_max_tokens <= 0
+        ):
+            raise ValueError("cascade option llm_max_tokens must be a positive integer or null")
+
+    @property
+    def unit_samples(self) -> int:
+        return self.output_rate_hz * self.unit_ms // 1000
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any] | None) -> CascadeOptions:
+        raw = dict(raw or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(f"unknown cascade option(s): {', '.join(unknown)}")
+        return cls(**raw)
+
+    @classmethod
+    def coerce(
+        cls, options: CascadeOptions | Mapping[str, Any] | None, settings: Mapping[str, Any]
+    ) -> CascadeOptions:
+        """What a stage factory got: an options object, or a mapping and/or keywords."""
+        if isinstance(options, CascadeOptions):
+            if settings:
+                raise TypeError("pass either CascadeOptions or option keywords, not both")
+            return options
+        return cls.from_mapping({**(options or {}), **settings})

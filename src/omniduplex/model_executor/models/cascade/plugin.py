@@ -1,0 +1,192 @@
+"""The cascade served as turn-based duplex sessions.
+
+The engine buffers a turn (``streams_input`` is False): server VAD (Silero, through
+``create_speech_classifier``) or the client commits it, and ``plan_response`` hands its
+16 kHz audio, any typed text and the conversation to stage 0 (ASR). The final stage's
+outputs come back through the data plane: the user's transcript first, then reply audio
+units with their words, or a listen / error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from omniduplex.engine.duplex.capabilities import DuplexCapabilities
+from omniduplex.engine.duplex.plugin import (
+    DuplexDataPlane,
+    DuplexModelPlugin,
+    DuplexModelSessionState,
+    DuplexRuntimeConfigError,
+    ModelAudio,
+    ModelError,
+    ModelInputTranscript,
+    ModelListen,
+    ModelResult,
+    ModelText,
+    ResponseRequest,
+)
+from omniduplex.engine.duplex.vad import SpeechClassifier
+
+from .options import CascadeOptions
+from .vad import SileroClassifier
+
+_MODALITIES = frozenset({"audio", "text"})
+
+
+@dataclass(slots=True)
+class CascadeSessionState(DuplexModelSessionState):
+    """What a session's config says about its replies (the stages keep everything else)."""
+
+    modalities: tuple[str, ...] = ("audio",)
+    instructions: str | None = None
+    voice: str | None = None
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    responses_planned: int = 0
+
+    def reset_turn(self) -> None:
+        """Nothing per turn: the whole turn arrives with ``plan_response``."""
+
+
+class CascadeDataPlane(DuplexDataPlane):
+    """Maps the TTS stage's outputs (and what it passes through) to model results."""
+
+    def project(self, data: Mapping[str, Any]) -> Sequence[ModelResult]:
+        kind = data.get("kind")
+        if kind == "audio":
+            return [
+                ModelAudio(
+                    samples=np.asarray(data["audio"], dtype=np.float32),
+                    text=str(data.get("text", "")),
+                    end_of_turn=bool(data.get("end_of_turn", False)),
+                )
+            ]
+        if kind == "text":
+            return [
+                ModelText(
+                    delta=str(data.get("text", "")),
+                    end_of_turn=bool(data.get("end_of_turn", False)),
+                )
+            ]
+        if kind == "transcript":
+            text = str(data.get("transcript") or "")
+            if data.get("heard_audio") and text:
+                return [ModelInputTranscript(text=text, final=True)]
+            return []
+        if kind == "listen":
+            return [ModelListen(reason=str(data.get("reason", "model_listen")))]
+        if kind == "error":
+            return [
+                ModelError(
+                    code=str(data.get("code", "cascade_error")),
+                    message=str(data.get("message", "the cascade failed")),
+                )
+            ]
+        return [ModelError(code="cascade_unknown_output", message=f"unknown output kind {kind!r}")]
+
+
+class CascadeDuplexPlugin(DuplexModelPlugin):
+    """Silero VAD + pocketsphinx + responder + espeak-ng; options: ``CascadeOptions``."""
+
+    plugin_id = "cascade"
+    streams_input = False
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        self.cascade_options = CascadeOptions.from_mapping(self.options)
+        self.input_sample_rate_hz = self.cascade_options.input_rate_hz
+        self.output_sample_rate_hz = self.cascade_options.output_rate_hz
+        self._data_plane = CascadeDataPlane()
+
+    @property
+    def data_plane(self) -> DuplexDataPlane:
+        return self._data_plane
+
+    @property
+    def uses_llm(self) -> bool:
+        return self.cascade_options.responder == "openai"
+
+    def capabilities(self, *, max_sessions: int) -> DuplexCapabilities:
+        llm = self.uses_llm
+        return DuplexCapabilities(
+            supports_model_native_turn_policy=False,
+            supports_barge_in=True,
+            supports_session_resume=True,
+            supports_audio_truncate=True,
+            supports_text_input=True,
+            supports_text_only_turn=True,
+            supports_chat_completions=True,
+            # The built-in responder has no prompt, sampling or length to steer.
+            supports_response_instructions=llm,
+            supports_response_temperature=llm,
+            supports_response_max_output_tokens=llm,
+            supports_response_voice=True,
+            optional_input_modalities=frozenset({"text"}),
+            signal_sources=("client_event", "server_policy"),
+            chunk_period_ms=self.cascade_options.unit_ms,
+            extra={"responder": self.cascade_options.responder},
+        )
+
+    def validate_session_config(self, config: Mapping[str, Any]) -> None:
+        modalities = config.get("modalities")
+        if modalities is None:
+            return
+        unknown = sorted(set(modalities) - _MODALITIES)
+        if unknown or not modalities:
+            raise DuplexRuntimeConfigError(
+                f"cascade supports modalities {sorted(_MODALITIES)}, got {list(modalities)}",
+                param="modalities",
+            )
+
+    def create_session_state(self, config: Mapping[str, Any]) -> CascadeSessionState:
+        return CascadeSessionState(
+            modalities=tuple(config.get("modalities") or ("audio",)),
+            instructions=config.get("instructions"),
+            voice=config.get("voice"),
+            temperature=config.get("temperature"),
+            max_output_tokens=config.get("max_output_tokens"),
+        )
+
+    def create_speech_classifier(self) -> SpeechClassifier | None:
+        return SileroClassifier()
+
+    def default_session(self) -> dict[str, Any]:
+        # A stock Realtime client expects the server to find turns (OpenAI's default).
+        return {"turn_detection": {"type": "server_vad"}}
+
+    def plan_response(
+        self, state: DuplexModelSessionState, request: ResponseRequest
+    ) -> dict[str, Any]:
+        if not isinstance(state, CascadeSessionState):
+            raise TypeError("cascade plan_response needs a CascadeSessionState")
+        state.responses_planned += 1
+        options = request.options
+        modalities = (
+            options.get("output_modalities") or options.get("modalities") or state.modalities
+        )
+        return {
+            "audio": np.asarray(request.input_audio, dtype=np.float32),
+            "text": request.input_text or "",
+            "history": [dict(message) for message in request.history],
+            "response_id": request.response_id,
+            "with_audio": "audio" in modalities,
+            "instructions": options.get("instructions") or state.instructions,
+            "temperature": _first(options.get("temperature"), state.temperature),
+            "max_output_tokens": _first(
+                options.get("max_output_tokens"),
+                options.get("max_response_output_tokens"),
+                state.max_output_tokens,
+            ),
+            "voice": options.get("voice") or state.voice,
+        }
+
+
+def _first(*values: Any) -> Any:
+    for value in values:
+        if value is not None and value != "inf":
+            return value
+    return None

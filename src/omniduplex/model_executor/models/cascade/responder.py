@@ -1,0 +1,317 @@
+"""Stage 1: turn the transcript and the conversation into reply text.
+
+``BuiltinResponder`` is deterministic: it answers the time and the date, a few courtesies,
+and otherwise repeats what it understood (or says it did not understand).
+``OpenAIChatResponder`` streams a reply from any OpenAI-compatible ``/chat/completions``
+endpoint on a background thread per request; the stage hands out tokens as they arrive.
+A failing or silent backend fails that response only (``responder_failed``).
+
+Outputs, in order, per request: the transcript (passed through for the session's user
+item), then reply text pieces (``kind: reply``), the last one ``final``; or one ``listen``
+or ``error``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from omniduplex.engine.stage import StageInput, StageModel, StageOutput
+
+from .options import CascadeOptions
+
+NOT_UNDERSTOOD = "Sorry, I did not understand that."
+# How often the idle stage looks for tokens a backend thread queued.
+_POLL_S = 0.005
+
+
+def _words(text: str) -> set[str]:
+    return set(text.lower().replace("'", " ").split())
+
+
+class BuiltinResponder:
+    """Rules, no model: same words in, same words out (``now`` pins the clock)."""
+
+    def __init__(self, now: Callable[[], dt.datetime] | None = None) -> None:
+        self._now = now or (lambda: dt.datetime.now().astimezone())
+
+    @classmethod
+    def from_options(cls, options: CascadeOptions) -> BuiltinResponder:
+        if options.responder_now:
+            fixed = dt.datetime.fromisoformat(options.responder_now)
+            return cls(now=lambda: fixed)
+        return cls()
+
+    def reply(self, heard: str) -> str:
+        text = " ".join(heard.split())
+        words = _words(text)
+        if not words:
+            return NOT_UNDERSTOOD
+        now = self._now()
+        if "time" in words and words & {"what", "tell", "the", "whats"}:
+            hour = now.hour % 12 or 12
+            return f"It is {hour}:{now.minute:02d} {'AM' if now.hour < 12 else 'PM'}."
+        if words & {"date", "day", "today"} and words & {"what", "which", "whats", "tell"}:
+            return f"Today is {now:%A}, {now:%B} {now.day}, {now.year}."
+        if "name" in words and "your" in words:
+            return "I am omniduplex, a voice assistant."
+        if words & {"thank", "thanks"}:
+            return "You're welcome."
+        if words & {"bye", "goodbye"}:
+            return "Goodbye!"
+        if words & {"hello", "hi", "hey"}:
+            return "Hello! How can I help you?"
+        return f"You said: {text}."
+
+
+class ResponderError(RuntimeError):
+    pass
+
+
+def chat_messages(
+    system_prompt: str, instructions: str | None, history: Sequence[Mapping[str, Any]], user: str
+) -> list[dict[str, str]]:
+    """System prompt (or the session's instructions), history, then the user's turn."""
+    messages = [{"role": "system", "content": instructions or system_prompt}]
+    for message in history:
+        role = str(message.get("role", "user"))
+        content = str(message.get("content") or "")
+        if role in ("user", "assistant", "system") and content:
+            messages.append({"role": role, "content": content})
+    last = messages[-1]
+    if user and not (last["role"] == "user" and last["content"].strip() == user.strip()):
+        messages.append({"role": "user", "content": user})
+    return messages
+
+
+class OpenAIChatResponder:
+    """Streams ``POST {llm_base_url}/chat/completions`` (SSE) and yields content deltas."""
+
+    def __init__(self, options: CascadeOptions) -> None:
+        self.base_url = str(options.llm_base_url or "").rstrip("/")
+        self.model = str(options.llm_model or "")
+        self.api_key = options.llm_api_key
+        self.timeout_s = float(options.llm_timeout_s)
+        self.max_tokens = options.llm_max_tokens
+
+    def stream(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        temperature: float | None,
+        max_tokens: int | None,
+        cancelled: threading.Event,
+    ) -> Iterator[str]:
+        import httpx
+
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
+        if temperature is not None:
+            body["temperature"] = temperature
+        limit = max_tokens or self.max_tokens
+        if limit is not None:
+            body["max_tokens"] = limit
+        headers = {"Accept": "text/event-stream"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        url = f"{self.base_url}/chat/completions"
+        try:
+            with (
+                httpx.Client(timeout=httpx.Timeout(self.timeout_s)) as client,
+                client.stream("POST", url, json=body, headers=headers) as response,
+            ):
+                if response.status_code != 200:
+                    detail = response.read().decode("utf-8", "replace")[:200]
+                    raise ResponderError(f"chat backend answered {response.status_code}: {detail}")
+                for line in response.iter_lines():
+                    if cancelled.is_set():
+                        return
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        return
+                    try:
+                        chunk = json.loads(payload)
+                    except ValueError as exc:
+                        raise ResponderError(f"chat backend sent bad JSON: {payload[:80]}") from exc
+                    if isinstance(chunk, dict) and chunk.get("error"):
+                        raise ResponderError(f"chat backend error: {chunk['error']}")
+                    for choice in chunk.get("choices") or []:
+                        delta = (choice.get("delta") or {}).get("content")
+                        if delta:
+                            yield str(delta)
+        except httpx.TimeoutException as exc:
+            raise ResponderError(f"chat backend timed out after {self.timeout_s:g}s") from exc
+        except httpx.HTTPError as exc:
+            raise ResponderError(f"chat backend unreachable: {exc}") from exc
+
+
+@dataclass(slots=True)
+class _Reply:
+    meta: dict[str, Any]
+    outbox: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    started_at: float = 0.0
+    first_token_at: float | None = None
+
+
+class ResponderStageModel(StageModel):
+    """One request per response; its one input is the ASR stage's transcript output."""
+
+    def __init__(
+        self,
+        options: CascadeOptions | Mapping[str, Any] | None = None,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        **settings: Any,
+    ) -> None:
+        self.options = CascadeOptions.coerce(options, settings)
+        self._clock = clock
+        self.builtin = BuiltinResponder.from_options(self.options)
+        self.llm = OpenAIChatResponder(self.options) if self.options.responder == "openai" else None
+        self._replies: dict[str, _Reply] = {}
+
+    def add_request(self, request_id: str, inputs: StageInput) -> None:
+        reply = _Reply(meta=dict(inputs.data), started_at=self._clock())
+        self._replies[request_id] = reply
+        self._start(request_id, reply)
+
+    def update_request(self, request_id: str, inputs: StageInput) -> None:
+        raise ValueError(f"responder request {request_id!r} takes exactly one input")
+
+    def abort(self, request_id: str) -> None:
+        reply = self._replies.pop(request_id, None)
+        if reply is not None:
+            reply.cancelled.set()
+
+    def close(self) -> None:
+        for request_id in list(self._replies):
+            self.abort(request_id)
+
+    def _start(self, request_id: str, reply: _Reply) -> None:
+        meta = reply.meta
+        kind = meta.get("kind")
+        if kind != "transcript":
+            # An upstream error (or anything else) goes on unchanged.
+            reply.outbox.put({**meta, "_final": True})
+            return
+        # The transcript, for the session's user item.
+        reply.outbox.put(
+            {
+                **_passed_on(meta),
+                "kind": "transcript",
+                "transcript": meta.get("transcript") or "",
+                "heard_audio": bool(meta.get("heard_audio")),
+            }
+        )
+        heard = str(meta.get("transcript") or "").strip()
+        typed = str(meta.get("text") or "").strip()
+        user = " ".join(part for part in (heard, typed) if part)
+        if not user and not meta.get("heard_audio"):
+            # A turn without speech (noise the energy detector took for speech) or empty.
+            reason = "no_speech" if meta.get("input_audio_s") else "no_input"
+            reply.outbox.put({"kind": "listen", "reason": reason, "_final": True})
+            return
+        if self.llm is None:
+            text = self.builtin.reply(user)
+            reply.outbox.put({"kind": "reply", "text": text, "final": True, "_final": True})
+            return
+        if not user:
+            reply.outbox.put(
+                {"kind": "reply", "text": NOT_UNDERSTOOD, "final": True, "_final": True}
+            )
+            return
+        messages = chat_messages(
+            self.options.system_prompt, meta.get("instructions"), meta.get("history") or (), user
+        )
+        reply.thread = threading.Thread(
+            target=self._run_llm,
+            args=(reply, messages),
+            name=f"cascade-llm-{request_id[-24:]}",
+            daemon=True,
+        )
+        reply.thread.start()
+
+    def _run_llm(self, reply: _Reply, messages: list[dict[str, str]]) -> None:
+        assert self.llm is not None
+        meta = reply.meta
+        produced = False
+        try:
+            for delta in self.llm.stream(
+                messages,
+                temperature=meta.get("temperature"),
+                max_tokens=meta.get("max_output_tokens"),
+                cancelled=reply.cancelled,
+            ):
+                if reply.cancelled.is_set():
+                    return
+                produced = True
+                reply.outbox.put({"kind": "reply", "text": delta, "final": False})
+        except Exception as exc:
+            message = (
+                str(exc) if isinstance(exc, ResponderError) else f"{type(exc).__name__}: {exc}"
+            )
+            reply.outbox.put(
+                {"kind": "error", "code": "responder_failed", "message": message, "_final": True}
+            )
+            return
+        if not produced:
+            reply.outbox.put(
+                {
+                    "kind": "error",
+                    "code": "responder_failed",
+                    "message": "chat backend returned no text",
+                    "_final": True,
+                }
+            )
+            return
+        reply.outbox.put({"kind": "reply", "text": "", "final": True, "_final": True})
+
+    def ready_request_ids(self) -> list[str]:
+        return [rid for rid, reply in self._replies.items() if not reply.outbox.empty()]
+
+    def wake_after_s(self) -> float | None:
+        if any(reply.thread is not None for reply in self._replies.values()):
+            return _POLL_S
+        return None
+
+    def step(self, request_ids: Sequence[str]) -> list[StageOutput]:
+        outputs: list[StageOutput] = []
+        now = self._clock()
+        for request_id in request_ids:
+            reply = self._replies.get(request_id)
+            if reply is None:
+                continue
+            while True:
+                try:
+                    data = reply.outbox.get_nowait()
+                except queue.Empty:
+                    break
+                final = bool(data.pop("_final", False))
+                if data.get("kind") == "reply":
+                    if reply.first_token_at is None:
+                        reply.first_token_at = now
+                    trace = dict(reply.meta.get("trace") or {})
+                    trace["responder_first_text_s"] = reply.first_token_at - reply.started_at
+                    trace["responder_started_at"] = reply.started_at
+                    data = {**_passed_on(reply.meta), **data, "trace": trace}
+                elif data.get("kind") in ("listen", "error"):
+                    data = {**_passed_on(reply.meta), **data}
+                if final:
+                    del self._replies[request_id]
+                outputs.append(self.output(request_id, data, finished=final))
+                if final:
+                    break
+        return outputs
+
+
+def _passed_on(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """What TTS needs of the request besides the text."""
+    return {key: meta[key] for key in ("response_id", "with_audio", "voice") if key in meta}

@@ -1,0 +1,250 @@
+"""Stage 2: espeak-ng speaks the reply sentence by sentence, as the text streams in.
+
+Reply text pieces accumulate until a sentence is complete (or the reply ends); each
+sentence is synthesised in one ``step`` (espeak runs about 500x real time), resampled with
+soxr to the output rate and cut into ``unit_ms`` units, each carrying its share of the
+sentence's words. The last unit is held back until the next sentence or the end of the
+reply arrives, so the final unit can say ``end_of_turn``. Text-only responses skip
+synthesis and hand out the sentences as text.
+
+Aborting a request (barge-in) drops it; a synthesis in flight stops at its next 40 ms
+chunk (the espeak callback returns 1).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import soxr
+
+from omniduplex.engine.stage import StageInput, StageModel, StageOutput
+
+from .options import CascadeOptions
+from .tts import EspeakError, EspeakVoice
+
+# A sentence ends at . ! ? ; : followed by a space, or at a line break.
+_BOUNDARY = re.compile(r"(?<=[.!?;:])\s+|\n+")
+# Without punctuation, speak what we have once it is this long (at a space).
+_MAX_SENTENCE_CHARS = 160
+
+
+def split_sentences(buffer: str, *, final: bool) -> tuple[list[str], str]:
+    """Complete sentences in ``buffer`` and the unfinished rest (all of it when final)."""
+    sentences: list[str] = []
+    rest = buffer
+    while True:
+        match = _BOUNDARY.search(rest)
+        if match is None:
+            break
+        sentence, rest = rest[: match.start()], rest[match.end() :]
+        if sentence.strip():
+            sentences.append(sentence.strip())
+    while len(rest) > _MAX_SENTENCE_CHARS:
+        cut = rest.rfind(" ", 0, _MAX_SENTENCE_CHARS)
+        cut = cut if cut > 0 else _MAX_SENTENCE_CHARS
+        sentences.append(rest[:cut].strip())
+        rest = rest[cut:].lstrip()
+    if final and rest.strip():
+        sentences.append(rest.strip())
+        rest = ""
+    return sentences, rest
+
+
+def spread_words(text: str, units: int) -> list[str]:
+    """``units`` pieces that concatenate to ``text``; words lead the audio slightly."""
+    words = text.split()
+    if units <= 0:
+        return []
+    if not words:
+        return [""] * units
+    bounds = [-(-k * len(words) // units) for k in range(units + 1)]
+    groups = [" ".join(words[bounds[k] : bounds[k + 1]]) for k in range(units)]
+    last = max((k for k, group in enumerate(groups) if group), default=-1)
+    return [group + " " if group and k < last else group for k, group in enumerate(groups)]
+
+
+@dataclass(slots=True)
+class _Speech:
+    meta: dict[str, Any]
+    buffer: str = ""
+    sentences: deque[str] = field(default_factory=deque)
+    passthrough: deque[dict[str, Any]] = field(default_factory=deque)
+    final: bool = False
+    held: dict[str, Any] | None = None
+    spoken_sentences: int = 0
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    started_at: float = 0.0
+    first_audio_at: float | None = None
+    synth_s: float = 0.0
+    audio_s: float = 0.0
+
+
+class TtsStageModel(StageModel):
+    """espeak-ng voices (serialised: the library is global); ``CascadeOptions`` keywords."""
+
+    def __init__(
+        self,
+        options: CascadeOptions | Mapping[str, Any] | None = None,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        **settings: Any,
+    ) -> None:
+        self.options = CascadeOptions.coerce(options, settings)
+        self._clock = clock
+        self.default_voice = EspeakVoice(
+            self.options.voice, rate_wpm=self.options.speech_rate_wpm, pitch=self.options.pitch
+        )
+        self._voices: dict[str, EspeakVoice] = {self.options.voice: self.default_voice}
+        self._speech: dict[str, _Speech] = {}
+        self.sentences_spoken = 0
+
+    # ---- requests -----------------------------------------------------------------
+
+    def add_request(self, request_id: str, inputs: StageInput) -> None:
+        speech = _Speech(meta={}, started_at=self._clock())
+        self._speech[request_id] = speech
+        self._ingest(speech, inputs)
+
+    def update_request(self, request_id: str, inputs: StageInput) -> None:
+        speech = self._speech.get(request_id)
+        if speech is None:
+            raise KeyError(f"unknown tts request {request_id!r}")
+        self._ingest(speech, inputs)
+
+    def _ingest(self, speech: _Speech, inputs: StageInput) -> None:
+        data = dict(inputs.data)
+        kind = data.get("kind")
+        for key in ("response_id", "with_audio", "voice"):
+            if key in data:
+                speech.meta[key] = data[key]
+        if "trace" in data:
+            speech.meta["trace"] = dict(data["trace"] or {})
+        if kind == "reply":
+            speech.buffer += str(data.get("text") or "")
+            final = bool(data.get("final")) or inputs.final
+            sentences, speech.buffer = split_sentences(speech.buffer, final=final)
+            speech.sentences.extend(sentences)
+            speech.final = speech.final or final
+        elif kind in ("listen", "error"):
+            speech.passthrough.append(data)
+            speech.final = True
+        else:
+            speech.passthrough.append(data)
+            speech.final = speech.final or inputs.final
+
+    def abort(self, request_id: str) -> None:
+        speech = self._speech.pop(request_id, None)
+        if speech is not None:
+            speech.cancelled.set()
+
+    def close(self) -> None:
+        for request_id in list(self._speech):
+            self.abort(request_id)
+
+    # ---- readiness ----------------------------------------------------------------
+
+    def _ready(self, speech: _Speech) -> bool:
+        return bool(speech.passthrough or speech.sentences or speech.final)
+
+    def ready_request_ids(self) -> list[str]:
+        return [rid for rid, speech in self._speech.items() if self._ready(speech)]
+
+    # ---- stepping -----------------------------------------------------------------
+
+    def step(self, request_ids: Sequence[str]) -> list[StageOutput]:
+        outputs: list[StageOutput] = []
+        for request_id in request_ids:
+            speech = self._speech.get(request_id)
+            if speech is not None and self._ready(speech):
+                outputs.extend(self._advance(request_id, speech))
+        return outputs
+
+    def _advance(self, request_id: str, speech: _Speech) -> list[StageOutput]:
+        outputs: list[StageOutput] = []
+        while speech.passthrough:
+            data = speech.passthrough.popleft()
+            if data.get("kind") in ("listen", "error"):
+                # Ends the response; whatever audio was held back is moot.
+                del self._speech[request_id]
+                outputs.append(self.output(request_id, data, finished=True))
+                return outputs
+            outputs.append(self.output(request_id, data))
+        if speech.sentences:
+            # One sentence per step, so several sessions' replies interleave.
+            sentence = speech.sentences.popleft()
+            for unit in self._speak(speech, sentence):
+                if speech.held is not None:
+                    outputs.append(self.output(request_id, speech.held))
+                speech.held = unit
+        if speech.final and not speech.sentences:
+            del self._speech[request_id]
+            if speech.held is None:
+                data = {**self._base(speech), "kind": "listen", "reason": "empty_reply"}
+                outputs.append(self.output(request_id, data, finished=True))
+            else:
+                last = {**speech.held, "end_of_turn": True}
+                trace = dict(speech.meta.get("trace") or {})
+                trace["tts_synth_s"] = speech.synth_s
+                trace["tts_audio_s"] = speech.audio_s
+                last["trace"] = trace
+                outputs.append(self.output(request_id, last, finished=True))
+        return outputs
+
+    def _base(self, speech: _Speech) -> dict[str, Any]:
+        return {"response_id": speech.meta.get("response_id")}
+
+    def _voice(self, name: Any) -> EspeakVoice:
+        if not isinstance(name, str) or not name:
+            return self.default_voice
+        voice = self._voices.get(name)
+        if voice is None:
+            try:
+                voice = EspeakVoice(
+                    name, rate_wpm=self.options.speech_rate_wpm, pitch=self.options.pitch
+                )
+            except EspeakError:
+                voice = self.default_voice  # OpenAI voice names ("alloy") and typos
+            self._voices[name] = voice
+        return voice
+
+    def _speak(self, speech: _Speech, sentence: str) -> list[dict[str, Any]]:
+        text = sentence if speech.spoken_sentences == 0 else " " + sentence
+        speech.spoken_sentences += 1
+        self.sentences_spoken += 1
+        base = self._base(speech)
+        if not speech.meta.get("with_audio", True):
+            return [{**base, "kind": "text", "text": text}]
+        started = self._clock()
+        voice = self._voice(speech.meta.get("voice"))
+        raw = voice.synthesize(sentence, should_stop=speech.cancelled.is_set)
+        samples = raw
+        if voice.sample_rate_hz != self.options.output_rate_hz and raw.size:
+            samples = soxr.resample(raw, voice.sample_rate_hz, self.options.output_rate_hz, "HQ")
+        samples = np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0)
+        done = self._clock()
+        speech.synth_s += done - started
+        speech.audio_s += samples.size / self.options.output_rate_hz
+        if speech.first_audio_at is None:
+            speech.first_audio_at = done
+            trace = dict(speech.meta.get("trace") or {})
+            trace["tts_first_audio_s"] = done - started
+            trace["tts_first_audio_at"] = done
+            speech.meta["trace"] = trace
+        unit = self.options.unit_samples
+        chunks = [samples[i : i + unit] for i in range(0, samples.size, unit)] or [
+            np.zeros(0, dtype=np.float32)
+        ]
+        texts = spread_words(text, len(chunks))
+        if text.startswith(" ") and texts and not texts[0].startswith(" "):
+            texts[0] = " " + texts[0]
+        return [
+            {**base, "kind": "audio", "audio": chunk, "text": piece, "end_of_turn": False}
+            for chunk, piece in zip(chunks, texts, strict=True)
+        ]
