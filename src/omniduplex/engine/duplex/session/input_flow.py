@@ -40,6 +40,7 @@ class InputFlow:
         self._convert_lock = threading.Lock()
         self._position = 0  # samples appended this session (the input audio clock)
         self._stream_units = np.zeros(0, dtype=np.float32)
+        self._streamed = False  # a unit reached stage 0 (streaming plugins)
 
     # ---- appends ----------------------------------------------------------------
 
@@ -178,6 +179,7 @@ class InputFlow:
             if data is not None:
                 request_id = stage_request_id(session.fence, "stage0")
                 runner.submit_stage(StageSubmission(request_id, 0, data))
+                self._streamed = True
 
     # ---- commit --------------------------------------------------------------------
 
@@ -354,6 +356,12 @@ class InputFlow:
             )
             return
         session.settings = updated
+        plugin = self.runner.plugin
+        if plugin.streams_input and not self._streamed:
+            # A model-native plugin hands its session config (persona, voice, sampling) to
+            # stage 0 with the first streamed unit; until then a session.update (the usual
+            # autostart flow: session.created, session.update, audio) rebuilds that state.
+            session.model_state = plugin.create_session_state(updated.as_model_config())
         self.runner.turns = TurnDetector.from_settings(
             updated, self.rate_hz, self.runner.plugin.create_speech_classifier
         )

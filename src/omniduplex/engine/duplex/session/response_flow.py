@@ -126,6 +126,11 @@ class ResponseFlow:
         text = session.pending_user_text
         session.committed_input = None
         session.pending_user_text = ""
+        if runner.plugin.streams_input:
+            # Model-native plugins (streams_input) feed every response from the session's
+            # resumable stage-0 request; a response is a stretch of that stream, so there
+            # is no per-response stage request to plan or submit.
+            return response
         request = ResponseRequest(
             fence=session.fence,
             response_id=response_id,
@@ -153,7 +158,12 @@ class ResponseFlow:
             else:
                 self.out.error("model_backend_failed", item.error)
             return
-        if response is not None and item.request_id in response.request_ids:
+        owned = response is not None and item.request_id in response.request_ids
+        if not self.runner.plugin.streams_input and not owned:
+            # A turn-based response only hears its own requests: output of one that ended
+            # in the same epoch (a failure does not advance it) must not leak into the next.
+            return
+        if owned:
             response.stage_steps += 1
             response.stage_compute_s += item.compute_s
         for result in self.runner.plugin.data_plane.project(item.data):
@@ -176,6 +186,10 @@ class ResponseFlow:
                 self.complete("completed")
         elif isinstance(result, ModelListen):
             if response is not None and response.audio_deltas == 0 and not response.text:
+                self.out.listen(result.reason, response)
+                self.complete("completed", reason=result.reason)
+            elif response is not None and self.runner.plugin.streams_input:
+                # A model-native plugin ends its stretch of speech by deciding to listen.
                 self.out.listen(result.reason, response)
                 self.complete("completed", reason=result.reason)
             elif response is None:
@@ -226,7 +240,7 @@ class ResponseFlow:
         self.out.error(code, message, retryable=False)
         if response is None:
             return
-        self.runner.stage_port.abort_requests(response.request_ids)
+        self._abort(response)
         self._finish(response, status="failed", reason=code, error_message=message)
 
     def cancel(self, reason: str, *, clear_output: bool = False) -> bool:
@@ -236,7 +250,7 @@ class ResponseFlow:
         if response is None:
             return False
         session.advance_epoch()
-        self.runner.stage_port.abort_requests(response.request_ids)
+        self._abort(response)
         response.encoder.reset()
         if clear_output:
             self.out.output_audio_cleared(response.response_id)
@@ -312,8 +326,13 @@ class ResponseFlow:
         if response is None:
             return []
         self.session.response = None
-        self.runner.stage_port.abort_requests(response.request_ids)
+        self._abort(response)
         return list(response.request_ids)
+
+    def _abort(self, response: ActiveResponse) -> None:
+        """Abort a response's stage requests; they need no cleanup at close any more."""
+        self.runner.stage_port.abort_requests(response.request_ids)
+        self.session.request_ids.difference_update(response.request_ids)
 
     # ---- cancel commands --------------------------------------------------------
 

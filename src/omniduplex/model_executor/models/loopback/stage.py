@@ -84,9 +84,7 @@ class LoopbackStageModel(StageModel):
             self.options = LoopbackOptions.from_mapping({**(options or {}), **settings})
         self._clock = clock
         self._sleep = sleep
-        self.pace_in_step = (
-            False if pace_in_step is None else pace_in_step
-        )
+        self.pace_in_step = False if pace_in_step is None else pace_in_step
         self._requests: dict[str, _Request] = {}
         self.stats = LoopbackStats()
 
