@@ -2,6 +2,8 @@
 
 * ``InlineDuplexClient``: a ``DuplexOmni`` in this process (the engine runtime is
   imported only when a client is opened);
+* ``DuplexClient``: a session over the Realtime WebSocket, with automatic resume
+  (``ReconnectPolicy``, ``ConnectionResumed``), heartbeats and journal acks;
 * ``ResponseHandle``: one response's audio, transcript, decision and status;
 * ``EventCollector``: timing records and latency summaries for tests and benchmarks;
 * ``presets``: the session objects our own clients open sessions with;
@@ -13,6 +15,7 @@ This package depends only on ``omniduplex.protocol`` (and, for the network clien
 
 from .base import DuplexClientBase, EventSubscription, ResponseHandle, ResponseSubscription
 from .collector import EventCollector
+from .duplex import ConnectionResumed, DuplexClient, DuplexResumeError, DuplexResyncRequiredError
 from .events import (
     DuplexClientError,
     DuplexConnectionError,
@@ -26,17 +29,23 @@ from .events import (
 )
 from .inline_duplex import InlineDuplexClient
 from .presets import duplex_session, loopback_session
+from .reconnect import ReconnectPolicy
 
 __all__ = [
+    "ConnectionResumed",
+    "DuplexClient",
     "DuplexClientBase",
     "DuplexClientError",
     "DuplexConnectionError",
     "DuplexEventOverflowError",
     "DuplexProtocolError",
+    "DuplexResumeError",
+    "DuplexResyncRequiredError",
     "DuplexSessionClosedError",
     "EventCollector",
     "EventSubscription",
     "InlineDuplexClient",
+    "ReconnectPolicy",
     "ResponseHandle",
     "ResponseSubscription",
     "UnparsedEvent",
