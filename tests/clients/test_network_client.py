@@ -231,12 +231,8 @@ async def test_random_drops_deliver_every_seq_exactly_once(fast_server) -> None:
     assert types.count("response.done") == 20
 
 
-@pytest.mark.xfail(
-    reason="server bug: RealtimeConnection numbers events pushed after the socket died "
-    "(closed=True) at once, but the ones still queued only later in abandon_writer, so a "
-    "resumed stream can carry a response's audio after its response.done",
-    strict=False,
-)
+# Caught a real bug: events pushed after the socket died were numbered before the ones
+# still queued, so a resumed stream could carry audio after its response.done.
 async def test_after_drops_no_answer_event_follows_its_response_done(fast_server) -> None:
     _, recorder, _, _ = await drop_at_random_points(fast_server.ws_url, 7, turns=30)
     finished: set[str] = set()
@@ -362,12 +358,7 @@ async def test_wrong_token_and_unknown_session_are_typed_errors(fast_server) -> 
         await again.wait_for("session.heartbeat_ack", TIMEOUT_S)
 
 
-@pytest.mark.xfail(
-    reason="server bug: OmniDuplexSessionHandler._resume abandons the attached socket's "
-    "writer before authenticate_resume, so a refused session.resume silences the live "
-    "connection (its events are only journaled from then on)",
-    strict=False,
-)
+# Caught a real bug: a refused session.resume used to silence the attached socket.
 async def test_a_refused_resume_leaves_the_attached_socket_alone(fast_server) -> None:
     client = await DuplexClient.connect(fast_server.ws_url, session=loopback_session())
     try:

@@ -31,6 +31,7 @@ _MEDIA_DELTAS = frozenset(
 )
 
 Sequencer = Callable[[dict[str, Any]], bytes]
+_Item = tuple[dict[str, Any] | None, bytes | None, Callable[[], None] | None]
 
 
 def _size(rendered: dict[str, Any]) -> int:
@@ -53,7 +54,8 @@ class RealtimeConnection:
         self.max_events = max_events
         self.max_bytes = max_bytes
         self._on_overflow = on_overflow
-        self._queue: deque[tuple[dict[str, Any] | None, bytes | None]] = deque()
+        # (rendered session event | None, encoded local frame | None, callback after sent)
+        self._queue: deque[_Item] = deque()
         self._bytes = 0
         self._wakeup = asyncio.Event()
         self._sequencer: Sequencer | None = None
@@ -82,9 +84,10 @@ class RealtimeConnection:
 
     # ---- enqueue --------------------------------------------------------------------
 
-    def send_local(self, data: bytes) -> None:
-        """A frame outside the session's stream (already encoded)."""
-        self._push(None, data)
+    def send_local(self, data: bytes, *, after_sent: Callable[[], None] | None = None) -> None:
+        """A frame outside the session's stream (already encoded); ``after_sent`` runs once
+        it is on the socket."""
+        self._push(None, data, after_sent)
 
     def send_event(self, rendered: dict[str, Any]) -> None:
         """One event of the session's ordered stream (rendered, not yet numbered)."""
@@ -92,19 +95,26 @@ class RealtimeConnection:
             response = rendered.get("response") or {}
             if response.get("status") == "cancelled":
                 self._drop_media_of(response.get("id"))
-        self._push(rendered, None)
+        self._push(rendered, None, None)
 
     def close_after_pending(self, code: int = 1000, reason: str = "") -> None:
         self._close_after = (code, reason)
         self._wakeup.set()
 
-    def _push(self, rendered: dict[str, Any] | None, data: bytes | None) -> None:
+    def _push(
+        self,
+        rendered: dict[str, Any] | None,
+        data: bytes | None,
+        after_sent: Callable[[], None] | None,
+    ) -> None:
         if self.closed:
+            # Nothing waits in the queue once closed (it was numbered first), so numbering
+            # this one now keeps the journal in stream order.
             if rendered is not None and self._sequencer is not None:
                 self._sequencer(rendered)  # journal it for a later resume
             return
         size = _size(rendered) if rendered is not None else len(data or b"")
-        self._queue.append((rendered, data))
+        self._queue.append((rendered, data, after_sent))
         self._bytes += size
         self._wakeup.set()
         if len(self._queue) > self.max_events or self._bytes > self.max_bytes:
@@ -116,8 +126,9 @@ class RealtimeConnection:
     def _drop_media_of(self, response_id: Any) -> None:
         if not response_id:
             return
-        kept: deque[tuple[dict[str, Any] | None, bytes | None]] = deque()
-        for rendered, data in self._queue:
+        kept: deque[_Item] = deque()
+        for item in self._queue:
+            rendered = item[0]
             if (
                 rendered is not None
                 and rendered.get("type") in _MEDIA_DELTAS
@@ -125,7 +136,7 @@ class RealtimeConnection:
             ):
                 self._bytes -= _size(rendered)
                 continue
-            kept.append((rendered, data))
+            kept.append(item)
         dropped = len(self._queue) - len(kept)
         self._queue = kept
         if dropped and self._on_dropped is not None:
@@ -144,7 +155,7 @@ class RealtimeConnection:
                         return
                     self._wakeup.clear()
                     await self._wakeup.wait()
-                rendered, data = self._queue.popleft()
+                rendered, data, after_sent = self._queue.popleft()
                 if rendered is not None:
                     self._bytes -= _size(rendered)
                     data = self._sequencer(rendered) if self._sequencer else None
@@ -155,27 +166,33 @@ class RealtimeConnection:
                 else:
                     self._bytes -= len(data or b"")
                 await self.websocket.send_text(data.decode())
+                if after_sent is not None:
+                    after_sent()
         except asyncio.CancelledError:
             raise
         except Exception:
             log.debug("socket write failed", exc_info=True)
         finally:
-            self.closed = True
+            self._close_queue()
+
+    def _close_queue(self) -> None:
+        """Number what still waits into the journal, in order, then stop queueing."""
+        pending, self._queue = self._queue, deque()
+        self._bytes = 0
+        if self._sequencer is not None:
+            for rendered, _, _ in pending:
+                if rendered is not None:
+                    self._sequencer(rendered)
+        self.closed = True
 
     async def abandon_writer(self) -> None:
         """Stop writing and number what still waits into the journal; the socket stays
         open (a takeover still tells it ``session.replaced``)."""
-        self.closed = True
         if self._writer is not None and self._writer is not asyncio.current_task():
             self._writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._writer
-        pending, self._queue = self._queue, deque()
-        self._bytes = 0
-        if self._sequencer is not None:
-            for rendered, _ in pending:
-                if rendered is not None:
-                    self._sequencer(rendered)
+        self._close_queue()
 
     async def abandon(self, code: int = 1000, reason: str = "") -> None:
         """``abandon_writer``, then close the socket."""

@@ -272,15 +272,15 @@ class OmniDuplexSessionHandler:
             return None
         envelope.dialect = state.dialect  # type: ignore[assignment]
         previous = self.registry.socket_of(session_id)
-        if isinstance(previous, RealtimeConnection):
-            # What the old socket had not sent yet is numbered now, so the replay has it.
-            previous.closed = True
-            await previous.abandon_writer()
         try:
+            # Nothing changes for the attached socket until the resume is proven good.
             grant = self.registry.authenticate_resume(
                 session_id, command.resume_token, command.last_received_server_event_seq
             )
             await self.omni.resume_session(session_id, state.handle.lease_generation)
+            if isinstance(previous, RealtimeConnection):
+                # What the old socket had not sent yet is numbered now, so the replay has it.
+                await previous.abandon_writer()
             grant = self.registry.activate(
                 grant, conn, lease_generation=state.handle.lease_generation
             )
@@ -302,14 +302,18 @@ class OmniDuplexSessionHandler:
             attachment_generation=grant.generation,
             resume_token=grant.new_token,
         )
-        conn.send_local(encode_frame(resumed.to_realtime(envelope.dialect) or {}))
+        registry = self.registry
+        conn.send_local(
+            encode_frame(resumed.to_realtime(envelope.dialect) or {}),
+            # The rotated token becomes the only valid one once the client has it.
+            after_sent=lambda: registry.confirm_resume(session_id, grant.generation),
+        )
         for data in grant.replay:
             conn.send_local(data)
         sequencer = self._sequencer(session_id)
         envelope.bind_session(session_id, sequencer)
         envelope.adopt_session(public)
         self._bind(conn, session_id, sequencer)
-        self.registry.confirm_resume(session_id, grant.generation)
         self.metrics.resumes.inc()
         if isinstance(grant.previous_socket, RealtimeConnection):
             replaced = ev.SessionReplaced(
