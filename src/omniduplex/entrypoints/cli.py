@@ -1,4 +1,5 @@
-"""``omniduplex`` command line: ``serve`` a deployment, list ``deployments``."""
+"""``omniduplex`` command line: ``serve`` a deployment, ``bench`` a server, list
+``deployments``."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ..config.pipeline import load_deploy_config
+    from ..engine.duplex.plugin import load_duplex_plugin
+    from .async_omni import AsyncOmni
     from .duplex_omni import DuplexOmni
     from .openai.api_server import build_app
 
@@ -46,15 +49,21 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"omniduplex serve: {exc}", file=sys.stderr)
         return 2
-    if pipeline.session_mode != "duplex":
-        print("omniduplex serve: turn-based deployments are not served yet", file=sys.stderr)
-        return 2
     if args.max_sessions is not None:
         session = {**pipeline.duplex_session, "max_sessions": args.max_sessions}
         pipeline = dataclasses.replace(pipeline, duplex_session=session)
-    omni = DuplexOmni(pipeline)
     model_name = pipeline.served_model_name or pipeline.name
-    app = build_app(omni, api_key=args.api_key, model_name=model_name)
+    if pipeline.session_mode == "duplex":
+        app = build_app(DuplexOmni(pipeline), api_key=args.api_key, model_name=model_name)
+    else:
+        # Turn-based: the same stages through AsyncOmni; the model's plugin (if it has one)
+        # only plans chat requests and reads their outputs.
+        plugin = None
+        if pipeline.duplex_plugin is not None:
+            plugin = load_duplex_plugin(pipeline.duplex_plugin, pipeline.stages[0].model.kwargs)
+        app = build_app(
+            AsyncOmni(pipeline), api_key=args.api_key, model_name=model_name, plugin=plugin
+        )
     logging.basicConfig(level=args.log_level.upper())
     # Audio in base64 does not compress; deflate would only burn CPU on every frame.
     config = uvicorn.Config(
@@ -82,7 +91,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--api-key", default=None, help="require this key on every route")
     serve.add_argument("--max-sessions", type=int, default=None)
     serve.add_argument("--log-level", default="info")
+    bench = commands.add_parser("bench", help="load-test a Realtime server (omniduplex.bench)")
+    from ..bench.cli import add_arguments as add_bench_arguments
+
+    add_bench_arguments(bench)
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        from ..bench.cli import run_command as run_bench_command
+
+        return run_bench_command(args)
     if args.command == "deployments":
         print("\n".join(_deployments()))
         return 0

@@ -59,7 +59,15 @@ def run_server(
     if duplex_session:
         merged = {**pipeline.duplex_session, **duplex_session}
         pipeline = dataclasses.replace(pipeline, duplex_session=merged)
-    app = build_app(DuplexOmni(pipeline), api_key=api_key, model_name="loopback")
+    model_name = pipeline.served_model_name or pipeline.name
+    app = build_app(DuplexOmni(pipeline), api_key=api_key, model_name=model_name)
+    with run_app(app) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def run_app(app: Any) -> Iterator[RunningServer]:
+    """Serve an app built by ``build_app`` on a free loopback port, in a thread."""
     port = free_port()
     config = uvicorn.Config(
         app,

@@ -145,3 +145,23 @@ async def test_shutdown_closes_every_session_with_reason_shutdown() -> None:
             closed = await client.until("session.closed")
             assert closed[-1]["reason"] == "shutdown"
             future.result(TIMEOUT_S)
+
+
+async def test_metrics_count_what_the_server_did(server) -> None:
+    async with wire(server.ws_url + "?model=loopback") as client:
+        await client.recv()
+        await client.speak(300)
+        await client.send({"type": "input_audio_buffer.commit"})
+        await client.send({"type": "response.create"})
+        await client.until("response.done")
+    async with httpx.AsyncClient(base_url=server.http_url) as http:
+        text = (await http.get("/metrics")).text
+    samples = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+    assert samples["omniduplex_sessions_admitted_total"] >= 1
+    assert samples["omniduplex_appends_total"] >= 3
+    assert samples['omniduplex_events_sent_total{type="response.done"}'] >= 1
+    assert samples["omniduplex_reply_latency_seconds_count"] >= 1

@@ -75,7 +75,7 @@ from ...protocol.duplex import (
     parse_audio_format,
     resample,
 )
-from ..duplex_omni import DuplexOmni
+from ..async_omni import AsyncOmni
 
 log = logging.getLogger(__name__)
 
@@ -585,22 +585,33 @@ class _StreamAudio:
 
 
 class DuplexChatCompletionsAdapter:
-    """Serves ``/v1/chat/completions`` as turn-based requests on a ``DuplexOmni``."""
+    """Serves ``/v1/chat/completions`` as turn-based requests on the engine.
 
-    def __init__(self, omni: DuplexOmni, *, model_name: str) -> None:
+    On a duplex deployment ``omni`` is the ``DuplexOmni`` and the plugin is the one its
+    engine loaded; on a turn deployment ``omni`` is an ``AsyncOmni`` and the model's
+    plugin is passed in (it only plans requests and projects outputs here).
+    """
+
+    def __init__(
+        self, omni: AsyncOmni, *, model_name: str, plugin: DuplexModelPlugin | None = None
+    ) -> None:
         self.omni = omni
         self.model_name = model_name
+        self._plugin = plugin
 
     @property
     def plugin(self) -> DuplexModelPlugin | None:
-        """The engine's loaded plugin (``None`` until the engine has started)."""
+        """The model's plugin (``None`` until a duplex engine has started)."""
+        if self._plugin is not None:
+            return self._plugin
         return getattr(self.omni.engine, "plugin", None)
 
     def capabilities(self) -> DuplexCapabilities | None:
         plugin = self.plugin
         if plugin is None:
             return None
-        return plugin.capabilities(max_sessions=self.omni.runtime_config.max_sessions)
+        runtime = getattr(self.omni, "runtime_config", None)
+        return plugin.capabilities(max_sessions=runtime.max_sessions if runtime else 1)
 
     @property
     def available(self) -> bool:

@@ -20,11 +20,15 @@ from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ...engine.duplex.plugin import DuplexModelPlugin
 from ...protocol.duplex import DuplexCommandError, ErrorEvent
+from ..async_omni import AsyncOmni
 from ..duplex.chat_completions import DuplexChatCompletionsAdapter
 from ..duplex.realtime_input import duplex_requested
 from ..duplex.serving import OmniDuplexSessionHandler
 from ..duplex_omni import DuplexOmni
+from ..web.static_routes import mount_web_page
+from .metrics import ServerMetrics
 
 API_KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
 
@@ -53,6 +57,13 @@ def _subprotocol_key(websocket: WebSocket) -> str | None:
     return None
 
 
+def _echoed_subprotocol(websocket: WebSocket) -> str | None:
+    """``realtime`` when the client offered it: a browser drops a handshake that does
+    not echo one of its subprotocols, and would never see our error event."""
+    raw = websocket.headers.get("sec-websocket-protocol", "")
+    return "realtime" if "realtime" in (p.strip() for p in raw.split(",")) else None
+
+
 def _wants_duplex(websocket: WebSocket) -> bool:
     try:
         return duplex_requested(websocket.query_params)
@@ -60,28 +71,44 @@ def _wants_duplex(websocket: WebSocket) -> bool:
         return True  # the handler answers the malformed flag with its typed error
 
 
-def build_app(omni: DuplexOmni, *, api_key: str | None = None, model_name: str) -> FastAPI:
-    """The server for one duplex deployment; ``omni`` is started by the app's lifespan."""
+def build_app(
+    omni: AsyncOmni,
+    *,
+    api_key: str | None = None,
+    model_name: str,
+    plugin: DuplexModelPlugin | None = None,
+) -> FastAPI:
+    """The server for one deployment; ``omni`` is started by the app's lifespan.
+
+    A ``DuplexOmni`` (``session_mode: duplex``) serves Realtime sessions and chat
+    completions; a plain ``AsyncOmni`` (``session_mode: turn``) serves the turn-based
+    routes only (chat completions through ``plugin``, when the model has one).
+    """
+    duplex = isinstance(omni, DuplexOmni)
     handler_box: dict[str, OmniDuplexSessionHandler] = {}
+    metrics = ServerMetrics()
     created = int(time.time())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await omni.start()
         app.state.loop = asyncio.get_running_loop()
-        handler_box["handler"] = OmniDuplexSessionHandler(omni)
+        if duplex:
+            handler_box["handler"] = OmniDuplexSessionHandler(omni, metrics=metrics)
         app.state.ready = True
         try:
             yield
         finally:
             app.state.ready = False
-            await handler_box["handler"].shutdown()
+            if "handler" in handler_box:
+                await handler_box["handler"].shutdown()
             await omni.shutdown()
 
     app = FastAPI(title="omniduplex", lifespan=lifespan)
     app.state.ready = False
     app.state.omni = omni
     app.state.handlers = handler_box
+    app.state.metrics = metrics
 
     @app.middleware("http")
     async def require_key(request: Request, call_next: Any) -> Any:
@@ -107,6 +134,10 @@ def build_app(omni: DuplexOmni, *, api_key: str | None = None, model_name: str) 
         status = 200 if ready else 503
         return JSONResponse({"status": "ok" if ready else "starting"}, status_code=status)
 
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {
@@ -116,7 +147,7 @@ def build_app(omni: DuplexOmni, *, api_key: str | None = None, model_name: str) 
             ],
         }
 
-    chat = DuplexChatCompletionsAdapter(omni, model_name=model_name)
+    chat = DuplexChatCompletionsAdapter(omni, model_name=model_name, plugin=plugin)
     app.state.chat_completions = chat
 
     @app.post("/v1/chat/completions")
@@ -132,13 +163,13 @@ def build_app(omni: DuplexOmni, *, api_key: str | None = None, model_name: str) 
                 websocket
             )
             if not _key_matches(presented, api_key):
-                await websocket.accept()
+                await websocket.accept(subprotocol=_echoed_subprotocol(websocket))
                 event = ErrorEvent.build("unauthorized", "Missing or invalid API key")
                 await websocket.send_json(event.to_realtime("ga"))
                 await websocket.close(code=1008, reason="unauthorized")
                 return
-        if not alias and not _wants_duplex(websocket):
-            await websocket.accept()
+        if not duplex or (not alias and not _wants_duplex(websocket)):
+            await websocket.accept(subprotocol=_echoed_subprotocol(websocket))
             event = ErrorEvent.build(
                 "route_not_available",
                 "the turn-based Realtime API is not available on this deployment",
@@ -148,7 +179,7 @@ def build_app(omni: DuplexOmni, *, api_key: str | None = None, model_name: str) 
             return
         handler = handler_box.get("handler")
         if handler is None or not app.state.ready:
-            await websocket.accept()
+            await websocket.accept(subprotocol=_echoed_subprotocol(websocket))
             await websocket.send_json(
                 ErrorEvent.build("server_starting", "the server is warming up").to_realtime("ga")
             )
@@ -164,4 +195,5 @@ def build_app(omni: DuplexOmni, *, api_key: str | None = None, model_name: str) 
     async def duplex_route(websocket: WebSocket) -> None:
         await realtime(websocket, alias=True)
 
+    mount_web_page(app)  # the talk page at / (outermost: a page load carries no key)
     return app
