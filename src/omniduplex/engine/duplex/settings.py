@@ -125,12 +125,19 @@ class SessionSettings:
             changes["modalities"] = tuple(m for m in modalities if m in ("audio", "text")) or (
                 "audio",
             )
-        for key in ("instructions", "voice"):
-            if key in payload:
-                value = payload[key]
+        audio = payload.get("audio") if isinstance(payload.get("audio"), Mapping) else {}
+        audio_out = audio.get("output") if isinstance(audio.get("output"), Mapping) else {}
+        # GA clients name the voice under audio.output; the flat spelling wins if both.
+        sources = {"instructions": (payload,), "voice": (payload, audio_out)}
+        for key, places in sources.items():
+            for place in places:
+                if key not in place:
+                    continue
+                value = place[key]
                 if value is not None and not isinstance(value, str):
                     raise RealtimeProtocolError(f"{key} must be a string", "bad_event", param=key)
                 changes[key] = value
+                break
         if payload.get("temperature") is not None:
             changes["temperature"] = _number(payload["temperature"], "temperature")
         tokens = payload.get("max_output_tokens", payload.get("max_response_output_tokens"))
