@@ -281,7 +281,10 @@ class DuplexClient(DuplexClientBase):
         try:
             client._install(await client._dial(resume=False))
             client.start()
-            await client.send({"type": "session.update", "session": payload})
+            # The server may have refused us and closed already: its error event (read
+            # before the close) says why, and wait_for raises it.
+            with contextlib.suppress(DuplexConnectionError):
+                await client.send({"type": "session.update", "session": payload})
             await client.wait_for(SESSION_CREATED, handshake_timeout_s, since=0)
         except BaseException:
             await client.aclose()
