@@ -28,6 +28,7 @@ from ..duplex.realtime_input import duplex_requested
 from ..duplex.serving import OmniDuplexSessionHandler
 from ..duplex_omni import DuplexOmni
 from ..web.static_routes import mount_web_page
+from .audio_routes import register_audio_routes
 from .metrics import ServerMetrics
 
 API_KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
@@ -156,6 +157,8 @@ def build_app(
         if chat.plugin is not None and not chat.available:
             raise StarletteHTTPException(404)
         return await chat.create_chat_completion(request)
+
+    register_audio_routes(app, omni, model_name=model_name)  # cascade ASR / TTS routes
 
     async def realtime(websocket: WebSocket, *, alias: bool) -> None:
         if api_key is not None:
