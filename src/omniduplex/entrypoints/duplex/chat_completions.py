@@ -21,7 +21,7 @@ What a request may hold:
   (G.711: 8 kHz).
 - ``stream`` and ``stream_options.include_usage``. Streamed ``wav`` is one WAV file across
   the chunks: the first ``delta.audio.data`` starts with a header whose sizes are the
-  streaming placeholder, so the decoded chunks concatenate to a playable file.
+  "unknown length" value streamers use, so the decoded chunks concatenate to a playable file.
 - ``temperature`` and ``max_completion_tokens`` / ``max_tokens`` reach the plugin as
   response options; unknown top-level keys (the SDK's ``extra_body``) as
   ``options["extra_body"]``.

@@ -343,7 +343,7 @@ def decode_wav(raw: bytes | bytearray | memoryview) -> tuple[FloatArray, int]:
     """Parse a RIFF/WAVE file of 16-bit PCM or 32-bit float; channels are averaged to mono.
 
     A data chunk that claims more bytes than the file holds (a streamed WAV with a
-    placeholder size) is read up to the end of the file, whole frames only.
+    provisional "unknown length" size) is read up to the end of the file, whole frames only.
     """
     view = memoryview(raw).cast("B")
     if len(view) < 12 or view[0:4] != b"RIFF" or view[8:12] != b"WAVE":
