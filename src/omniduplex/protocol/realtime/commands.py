@@ -319,10 +319,8 @@ class CreateItem(RealtimeCommand):
 
 
 @dataclass(kw_only=True, slots=True)
-class DeleteItem(RealtimeCommand):
-    """``conversation.item.delete``."""
-
-    type: ClassVar[str] = "conversation.item.delete"
+class _ItemCommand(RealtimeCommand):
+    """A command that names one conversation item (``missing_item_id`` without one)."""
 
     item_id: str
 
@@ -335,19 +333,17 @@ class DeleteItem(RealtimeCommand):
 
 
 @dataclass(kw_only=True, slots=True)
-class RetrieveItem(RealtimeCommand):
+class DeleteItem(_ItemCommand):
+    """``conversation.item.delete``."""
+
+    type: ClassVar[str] = "conversation.item.delete"
+
+
+@dataclass(kw_only=True, slots=True)
+class RetrieveItem(_ItemCommand):
     """``conversation.item.retrieve``: answered with ``conversation.item.retrieved``."""
 
     type: ClassVar[str] = "conversation.item.retrieve"
-
-    item_id: str
-
-    @classmethod
-    def from_realtime(cls, obj: Mapping[str, Any], ctx: DecodeContext) -> Self:
-        return cls(
-            event_id=ctx.event_id,
-            item_id=required_id(obj.get("item_id"), "item_id", "missing_item_id"),
-        )
 
 
 @dataclass(kw_only=True, slots=True)
