@@ -187,6 +187,22 @@ def test_transcription_usage_defaults_to_nothing_spent() -> None:
     assert usage == {"type": "tokens", "input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
 
 
+def test_transcription_delta_renders_openai_shape_without_logprobs() -> None:
+    event = rt.ConversationItemInputAudioTranscriptionDelta(
+        event_id="event_1", item_id="item_u", delta="what's"
+    )
+    expected = {
+        "type": "conversation.item.input_audio_transcription.delta",
+        "event_id": "event_1",
+        "item_id": "item_u",
+        "content_index": 0,
+        "delta": "what's",
+    }
+    assert event.to_realtime("ga") == event.to_realtime("beta") == expected
+    parsed = rt.realtime_event_from_realtime({**expected, "logprobs": None})
+    assert parsed == event
+
+
 def test_tier1_error_envelope() -> None:
     rendered = rt.RealtimeErrorEvent(
         code="bad_event", message="m", param="", client_event_id="c1"
@@ -231,5 +247,5 @@ def test_bad_objects_raise_protocol_errors(obj: Any, code: str) -> None:
 def test_registry_has_both_spellings() -> None:
     assert rt.REALTIME_EVENT_TYPES["response.audio.delta"] is rt.ResponseOutputAudioDelta
     assert rt.REALTIME_EVENT_TYPES["response.output_audio.delta"] is rt.ResponseOutputAudioDelta
-    assert len(rt.REALTIME_EVENT_CLASSES) == 30
+    assert len(rt.REALTIME_EVENT_CLASSES) == 31
     assert all(cls.tier == 1 for cls in rt.REALTIME_EVENT_CLASSES)

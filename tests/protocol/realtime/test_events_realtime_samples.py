@@ -289,7 +289,7 @@ _CONTENT = {"response_id": RESPONSE_ID, "item_id": ASSISTANT_ITEM_ID}
 
 
 def tier1_samples() -> list[RealtimeEvent]:
-    """At least one realistic instance of each of OpenAI's 30 events."""
+    """At least one realistic instance of each of OpenAI's 31 events."""
     samples: list[RealtimeEvent] = [
         rt.SessionCreated(session=session_object()),
         rt.SessionCreated(session=vad_g711_session()),
@@ -304,6 +304,10 @@ def tier1_samples() -> list[RealtimeEvent]:
         rt.ConversationItemRetrieved(item=assistant_item("completed", "Hello")),
         rt.ConversationItemDeleted(item_id=USER_ITEM_ID),
         rt.ConversationItemTruncated(item_id=ASSISTANT_ITEM_ID, content_index=0, audio_end_ms=1500),
+        rt.ConversationItemInputAudioTranscriptionDelta(item_id=USER_ITEM_ID, delta="what's"),
+        rt.ConversationItemInputAudioTranscriptionDelta(
+            item_id=USER_ITEM_ID, content_index=0, delta=" the weather"
+        ),
         rt.ConversationItemInputAudioTranscriptionCompleted(
             item_id=USER_ITEM_ID, transcript="what's the weather"
         ),

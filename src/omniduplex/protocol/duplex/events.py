@@ -1,6 +1,6 @@
-"""The whole server-event vocabulary a duplex consumer uses: 42 classes.
+"""The whole server-event vocabulary a duplex consumer uses: 43 classes.
 
-* Tier 1 (22): OpenAI's events re-exported unchanged from ``protocol.realtime.events``.
+* Tier 1 (23): OpenAI's events re-exported unchanged from ``protocol.realtime.events``.
 * Tier 2 (8): OpenAI names carrying our additive keys. Each subclasses its Tier 1 twin
   under the same class name and declares only the fields it adds, so the OpenAI surface
   stays pure and a stock client simply ignores the extra keys.
@@ -9,6 +9,10 @@
 ``DuplexEvent`` is ``RealtimeEvent``: an event has no engine-internal half. A class is
 named after its GA wire type in CamelCase (``response.output_audio.delta`` ->
 ``ResponseOutputAudioDelta``), except ``ErrorEvent`` and ``RawDuplexEvent``.
+
+That is one more than the reference vocabulary's 42: the reference has no partial input
+transcript, while our cascade model streams its ASR hypotheses while the user speaks
+(``conversation.item.input_audio_transcription.delta``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from ..realtime.events import (
     ConversationItemCreated,
     ConversationItemDone,
     ConversationItemInputAudioTranscriptionCompleted,
+    ConversationItemInputAudioTranscriptionDelta,
     ConversationItemRetrieved,
     InputAudioBufferCleared,
     InputAudioBufferSpeechStarted,
@@ -223,6 +228,7 @@ TIER1_EVENT_CLASSES: Final[tuple[type[RealtimeEvent], ...]] = (
     ConversationItemCreated,
     ConversationItemDone,
     ConversationItemRetrieved,
+    ConversationItemInputAudioTranscriptionDelta,
     ConversationItemInputAudioTranscriptionCompleted,
     RateLimitsUpdated,
     ResponseOutputItemAdded,
@@ -247,7 +253,7 @@ TIER2_EVENT_CLASSES: Final[tuple[type[RealtimeEvent], ...]] = (
     ConversationItemTruncated,
     ErrorEvent,
 )
-#: All 42 classes a duplex session can emit.
+#: All 43 classes a duplex session can emit.
 DUPLEX_EVENT_CLASSES: Final = TIER1_EVENT_CLASSES + TIER2_EVENT_CLASSES + TIER3_EVENT_CLASSES
 
 #: Every accepted wire type (GA and beta spellings) -> the class the duplex surface uses.
@@ -330,6 +336,7 @@ __all__ = [
     "ConversationItemDeleted",
     "ConversationItemDone",
     "ConversationItemInputAudioTranscriptionCompleted",
+    "ConversationItemInputAudioTranscriptionDelta",
     "ConversationItemRetrieved",
     "ConversationItemTruncated",
     "DuplexEvent",

@@ -1,6 +1,6 @@
-"""OpenAI's 30 Realtime server events as typed events (Tier 1).
+"""OpenAI's 31 Realtime server events as typed events (Tier 1).
 
-22 of them are what a duplex session sends unchanged; 8 (``session.created``,
+23 of them are what a duplex session sends unchanged; 8 (``session.created``,
 ``response.created``, ``response.done``, ``response.output_audio.delta``,
 ``input_audio_buffer.committed``, ``conversation.item.deleted``,
 ``conversation.item.truncated``, ``error``) are extended by Tier 2 twins in
@@ -190,6 +190,22 @@ def _no_transcription_usage() -> dict[str, Any]:
 
 
 @dataclass(kw_only=True, slots=True)
+class ConversationItemInputAudioTranscriptionDelta(RealtimeEvent):
+    """A piece of the user's transcript while they speak (same name in both dialects).
+
+    OpenAI's optional ``logprobs`` is not a field: we never produce it, so it is left off
+    the wire (the SDK defaults it to ``None``) and ignored when parsing.
+    """
+
+    type: ClassVar[str] = "conversation.item.input_audio_transcription.delta"
+    beta_type: ClassVar[str | None] = "conversation.item.input_audio_transcription.delta"
+
+    item_id: str
+    content_index: int = 0
+    delta: str
+
+
+@dataclass(kw_only=True, slots=True)
 class ConversationItemInputAudioTranscriptionCompleted(RealtimeEvent):
     type: ClassVar[str] = "conversation.item.input_audio_transcription.completed"
     beta_type: ClassVar[str | None] = "conversation.item.input_audio_transcription.completed"
@@ -290,6 +306,7 @@ REALTIME_EVENT_CLASSES: tuple[type[RealtimeEvent], ...] = (
     ConversationItemRetrieved,
     ConversationItemDeleted,
     ConversationItemTruncated,
+    ConversationItemInputAudioTranscriptionDelta,
     ConversationItemInputAudioTranscriptionCompleted,
     RateLimitsUpdated,
     RealtimeErrorEvent,
@@ -318,6 +335,7 @@ __all__ = [
     "ConversationItemDeleted",
     "ConversationItemDone",
     "ConversationItemInputAudioTranscriptionCompleted",
+    "ConversationItemInputAudioTranscriptionDelta",
     "ConversationItemRetrieved",
     "ConversationItemTruncated",
     "InputAudioBufferCleared",
