@@ -133,8 +133,11 @@ async def _conversation(page: Any, proxy: DroppableProxy, cascade: bool, tmp_pat
     committed = "users.some(u => u.status === 'completed' || u.status === 'in_progress')"
     await page.wait_for(_js(f"s.counters.appendsSent > 0 && {committed}"), 15)
     if cascade:
-        text = await page.wait_for(_js("users.map(u => u.text).join(' ').trim()"), 15)
+        heard = "users.filter(u => u.transcribed).map(u => u.text).join(' ').trim()"
+        text = await page.wait_for(_js(heard), 15)
         assert WORDS & set(text.lower().split()), text
+        # Words arrived while the user spoke, before the transcript completed.
+        assert (await snapshot(page))["counters"]["transcriptDeltas"] > 0
 
     # The reply plays: the playback worklet reports audio really rendered.
     await page.wait_for(_js("s.playing && replies.some(r => r.playedMs >= 200)"), 20)

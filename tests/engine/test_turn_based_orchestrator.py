@@ -119,6 +119,26 @@ async def test_outputs_flow_add_then_update_to_the_next_stage_and_out(rig):
     assert len(rig.outputs()) == 2
 
 
+async def test_an_output_to_the_owner_reaches_the_client_and_not_the_next_stage(rig):
+    orch = rig.orchestrator
+    orch.enqueue(AddRequest("r", StageInput({"audio": 1})))
+    await settle()
+    partial = StageOutput("r", 0, {"partial": "wh"}, to_owner=True)
+    orch.handle_worker_event(partial)
+    assert [(o.data, o.finished, o.stage_index) for o in rig.outputs()] == [
+        ({"partial": "wh"}, False, 0)
+    ]
+    assert rig.sent(1) == []  # nothing went on to stage 1
+    # Ending stage 0 with a word for the owner also ends a request no later stage holds.
+    orch.handle_worker_event(StageOutput("r", 0, {"text": "what"}, finished=True, to_owner=True))
+    assert [(o.data, o.finished) for o in rig.outputs()] == [
+        ({"partial": "wh"}, False),
+        ({"text": "what"}, False),
+        ({}, True),
+    ]
+    assert orch.get_request("r") is None
+
+
 async def test_abort_reaches_every_live_stage_and_silences_the_request(rig):
     orch = rig.orchestrator
     orch.enqueue(AddRequest("r", StageInput({})))

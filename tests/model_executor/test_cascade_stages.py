@@ -38,6 +38,7 @@ from omniduplex.model_executor.models.cascade.tts_stage import (
 from omniduplex.model_executor.models.cascade.vad import SileroClassifier
 
 SENTENCES = ["what time is it", "what day is it", "hello", "thank you", "what is your name"]
+LONG = "i would like to know what the weather is like today"
 
 
 def _frames(audio: np.ndarray, size: int = 512) -> list[np.ndarray]:
@@ -152,6 +153,75 @@ def test_asr_abort_returns_the_decoder() -> None:
     assert model.pool.in_use == 1
     model.abort("a")
     assert model.pool.in_use == 0 and model.ready_request_ids() == []
+
+
+def _feed_live(model, request_id: str, audio: np.ndarray, piece: int = 1600) -> list:
+    """Feed ``audio`` in 100 ms pieces as a speaking user would; collect what comes out."""
+    outputs = []
+    for k in range(0, audio.size, piece):
+        data = {"audio": audio[k : k + piece]}
+        if k == 0:
+            model.add_request(request_id, StageInput({**data, "live": True}))
+        else:
+            model.update_request(request_id, StageInput(data))
+        ready = model.ready_request_ids()
+        if ready:
+            outputs.extend(model.step(ready))
+    return outputs
+
+
+def test_a_live_utterance_reports_hypotheses_to_its_owner_while_it_is_spoken() -> None:
+    model = AsrStageModel(asr_sentences=[*SENTENCES, LONG], asr_partial_ms=320)
+    audio = say(LONG, lead_ms=300)
+    partials = _feed_live(model, "u", audio)
+    assert partials, "no hypothesis while the user spoke"
+    assert all(o.to_owner and not o.finished for o in partials)
+    assert all(o.data["kind"] == "partial_transcript" for o in partials)
+    texts = [o.data["transcript"] for o in partials]
+    assert len(set(texts)) == len(texts)  # only changed hypotheses are reported
+    assert LONG.startswith(texts[-1].rsplit(" ", 1)[0])
+    # Decoded in pieces of at least asr_partial_ms, not one step per 100 ms append.
+    assert len(partials) <= audio.size // 5120 + 1
+    # Closed for its transcript alone: the final output goes back to the owner too.
+    model.update_request("u", StageInput({"transcribe_only": True}, final=True))
+    final = _drain(model, "u")
+    assert [(o.to_owner, o.finished) for o in final] == [(True, True)]
+    assert final[0].data["kind"] == "transcript" and final[0].data["transcript"] == LONG
+    assert "transcribe_only" not in final[0].data and "live" not in final[0].data
+    assert model.pool.in_use == 0
+
+
+def test_a_live_utterance_carrying_a_response_goes_on_to_the_responder() -> None:
+    model = AsrStageModel(asr_sentences=SENTENCES)
+    _feed_live(model, "u", say("What day is it?", lead_ms=300))
+    model.update_request("u", StageInput({"audio": [], "response_id": "resp_9"}, final=True))
+    final = _drain(model, "u")
+    assert [(o.to_owner, o.finished) for o in final] == [(False, True)]
+    assert final[0].data["transcript"] == "what day is it"
+    assert final[0].data["response_id"] == "resp_9"
+
+
+def test_a_live_utterance_waits_for_a_decoder_and_fails_only_after_its_end() -> None:
+    model = AsrStageModel(asr_sentences=SENTENCES, asr_pool_size=1, asr_wait_s=0.0)
+    hello = say("Hello.", lead_ms=200, tail_ms=200)
+    model.add_request("a", StageInput({"audio": hello}))  # holds the only decoder
+    model.step(model.ready_request_ids())
+    # A second speaker finds none: while speaking it is neither failed nor woken for.
+    assert _feed_live(model, "b", hello) == []
+    assert model.wake_after_s() is None and "b" not in model.ready_request_ids()
+    # Once the first turn gives its decoder back, the second is decoded in full.
+    model.update_request("a", StageInput({}, final=True))
+    assert _drain(model, "a")[-1].data["transcript"] == "hello"
+    model.update_request("b", StageInput({"transcribe_only": True}, final=True))
+    assert _drain(model, "b")[-1].data["transcript"] == "hello"
+    # With the decoder held again, a finished live turn does fail after its wait, and the
+    # failure goes to its owner (no response will carry it).
+    model.add_request("c", StageInput({"audio": hello}))
+    model.step(model.ready_request_ids())
+    _feed_live(model, "d", hello)
+    model.update_request("d", StageInput({"transcribe_only": True}, final=True))
+    failed = _drain(model, "d")
+    assert [(o.to_owner, o.data["code"]) for o in failed] == [(True, "asr_pool_exhausted")]
 
 
 # ---- responder -----------------------------------------------------------------------
@@ -277,6 +347,10 @@ def test_plugin_declares_the_cascade_and_projects_stage_outputs() -> None:
     heard = plane.project({"kind": "transcript", "transcript": "hello", "heard_audio": True})
     assert heard[0].text == "hello" and heard[0].final
     assert plane.project({"kind": "transcript", "transcript": "typed", "heard_audio": False}) == []
+    partial = plane.project({"kind": "partial_transcript", "transcript": "what ti"})[0]
+    assert partial.text == "what ti" and not partial.final
+    assert plugin.transcribes_while_speaking
+    assert not CascadeDuplexPlugin({"asr_partials": False}).transcribes_while_speaking
     error = plane.project({"kind": "error", "code": "responder_failed", "message": "boom"})[0]
     assert error.code == "responder_failed"
     with pytest.raises(ValueError):

@@ -7,7 +7,8 @@ turn-based requests still work on a duplex deployment) and implements the
 - a session's stage request is registered on its first submission with
   ``owner="session:<id>"``; its first input opens it on the stage, later ones update it;
 - outputs of session-owned requests are intercepted: earlier stages forward to the next
-  stage, the final stage's outputs (and any error) go to the session's mailbox through
+  stage, the final stage's outputs, any error and any output addressed ``to_owner`` (a
+  partial transcript from stage 0) go to the session's mailbox through
   ``DuplexSessionManager.on_stage_output``; a request that no stage holds any more is
   forgotten;
 - a dead worker ends the sessions whose requests it held;
@@ -138,7 +139,8 @@ class DuplexOrchestrator(Orchestrator, DuplexStagePort):
         session_id = session_id_of_request(output.request_id)
         if session_id is None:
             return False
-        if output.error is None and stage_index < state.final_stage_index:
+        to_session = output.error is not None or output.to_owner
+        if not to_session and stage_index < state.final_stage_index:
             next_input = self._build_next_stage_input(stage_index, output)
             if next_input is not None:
                 self.submit_stage_input(stage_index + 1, output.request_id, next_input)
@@ -152,6 +154,7 @@ class DuplexOrchestrator(Orchestrator, DuplexStagePort):
                     finished=finished,
                     error=output.error,
                     compute_s=output.metrics.compute_s,
+                    to_owner=output.to_owner,
                 ),
             )
         if output.error is not None or (output.finished and not state.live_stages):

@@ -340,9 +340,15 @@ class OrchestratorBase:
             self._fail_request(state.request_id, output.error, stage_index=stage_index)
             return
         if stage_index < state.final_stage_index:
-            next_input = self._build_next_stage_input(stage_index, output)
-            if next_input is not None:
-                self.submit_stage_input(stage_index + 1, state.request_id, next_input)
+            if output.to_owner:
+                # A word for the client on the way (a partial transcript), not an input
+                # for the next stage; it never ends the request by itself.
+                if state.owner is None:
+                    self._emit(self._request_output(state, replace(output, finished=False)))
+            else:
+                next_input = self._build_next_stage_input(stage_index, output)
+                if next_input is not None:
+                    self.submit_stage_input(stage_index + 1, state.request_id, next_input)
             still_open = self._requests.get(state.request_id) is state
             if output.finished and still_open and not state.live_stages and state.owner is None:
                 self._finish(state)

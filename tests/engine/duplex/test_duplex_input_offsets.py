@@ -54,3 +54,36 @@ async def test_a_short_append_at_another_rate_is_still_speech() -> None:
         assert "input_audio_buffer.speech_stopped" in types
         assert "response.listen" not in types
         await asyncio.wait_for(handle.close(), TIMEOUT_S)
+
+
+async def test_server_vad_offsets_stay_in_session_time_across_updates_and_commits() -> None:
+    # The detector is replaced by a session.update that changes turn detection, and
+    # reset by every commit; its offsets must still count from the session's first sample.
+    vad = {"type": "server_vad", "prefix_padding_ms": 300, "silence_duration_ms": 300}
+    quiet = bytes(16000 * 2 * 500 // 1000)  # 500 ms of silence
+    async with DuplexOmni(deployment()) as omni:
+        handle = await omni.open_session({"turn_detection": vad})
+        reader = EventReader(handle)
+        fmt = {"type": "audio/pcm", "rate": 16000}
+        handle.submit(_append(quiet, fmt))
+        handle.submit(command_from_realtime({"type": "session.update", "session": {}}))
+        handle.submit(_append(quiet, fmt))
+        changed = {**vad, "silence_duration_ms": 400}
+        handle.submit(
+            command_from_realtime(
+                {"type": "session.update", "session": {"turn_detection": changed}}
+            )
+        )
+        handle.submit(_append(quiet, fmt))  # speech begins at 1500 ms
+        handle.submit(_append(sine_pcm16(600), fmt))
+        handle.submit(_append(quiet, fmt))
+        first = await reader.until(lambda e: e.type == "input_audio_buffer.committed")
+        handle.submit(_append(quiet, fmt))  # second speech begins at 3100 ms
+        handle.submit(_append(sine_pcm16(400), fmt))
+        handle.submit(_append(quiet, fmt))
+        second = await reader.until(lambda e: e.type == "input_audio_buffer.committed")
+        await asyncio.wait_for(handle.close(), TIMEOUT_S)
+    starts = [e.audio_start_ms for e in first + second if e.type.endswith("speech_started")]
+    stops = [e.audio_end_ms for e in first + second if e.type.endswith("speech_stopped")]
+    assert starts == [1500 - 300, 3100 - 300]
+    assert all(abs(stop - end) <= 40 for stop, end in zip(stops, [2100, 3500], strict=True)), stops

@@ -67,7 +67,12 @@ class ModelListen:
 
 @dataclass(frozen=True, slots=True)
 class ModelInputTranscript:
-    """What the model heard the user say (partial while speaking, final at the end)."""
+    """What the model heard the user say.
+
+    A partial (``final=False``) is the whole hypothesis of the utterance so far and may
+    revise its last words; the engine turns successive partials into append-only deltas.
+    The final transcript is authoritative.
+    """
 
     text: str
     final: bool = True
@@ -105,6 +110,9 @@ class ResponseRequest:
     input_text: str
     history: Sequence[Mapping[str, Any]]
     options: Mapping[str, Any] = field(default_factory=dict)
+    # The turn's audio already reached stage 0 through its utterance request (which this
+    # response's data finishes); ``input_audio`` is empty then.
+    input_streamed: bool = False
 
 
 class DuplexDataPlane(ABC):
@@ -122,12 +130,20 @@ class DuplexModelPlugin(ABC):
     session's output rate. ``streams_input``: every unit of input audio is submitted to
     stage 0 as it arrives (model-native duplex); otherwise the engine buffers the turn and
     hands it over at response start.
+
+    ``transcribes_while_speaking`` (turn-based plugins, server VAD): stage 0 can decode the
+    user's speech as it arrives. At speech start the engine opens one stage-0 request per
+    utterance and feeds it with ``plan_utterance_audio``; stage 0 reports hypotheses
+    addressed ``to_owner``. At commit the request either carries the response (its final
+    input is ``plan_response``'s data, with ``input_streamed`` set) or is closed with
+    ``plan_utterance_end`` for the transcript alone.
     """
 
     plugin_id: str = ""
     input_sample_rate_hz: int = 16_000
     output_sample_rate_hz: int = 24_000
     streams_input: bool = False
+    transcribes_while_speaking: bool = False
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})
@@ -163,6 +179,16 @@ class DuplexModelPlugin(ABC):
     ) -> dict[str, Any] | None:
         """Stage-0 data for one streamed unit of input (streaming plugins only)."""
         return None
+
+    def plan_utterance_audio(
+        self, state: DuplexModelSessionState, samples: np.ndarray, *, opening: bool
+    ) -> dict[str, Any]:
+        """Stage-0 data with one piece of an utterance's audio; ``opening``: its first."""
+        raise NotImplementedError(f"{type(self).__name__} does not transcribe while speaking")
+
+    def plan_utterance_end(self, state: DuplexModelSessionState) -> dict[str, Any]:
+        """Final stage-0 data of an utterance no response follows: report its transcript."""
+        raise NotImplementedError(f"{type(self).__name__} does not transcribe while speaking")
 
     @abstractmethod
     def plan_response(

@@ -46,6 +46,11 @@ class StageOutput:
 
     ``finished`` means the stage has dropped the request: no further output follows. An
     output with ``error`` is always finished.
+
+    ``to_owner``: addressed to whoever drives the request (a session, or the client of a
+    turn-based request), not to the next stage; e.g. a partial transcript an ASR stage
+    reports while it is still listening. Only the final stage's outputs reach the owner
+    otherwise.
     """
 
     request_id: str
@@ -54,6 +59,7 @@ class StageOutput:
     finished: bool = False
     error: str | None = None
     metrics: StageMetrics = field(default_factory=StageMetrics)
+    to_owner: bool = False
 
     def __post_init__(self) -> None:
         if self.error is not None and not self.finished:

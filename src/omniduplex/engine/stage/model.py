@@ -68,6 +68,7 @@ class StageModel(ABC):
         *,
         finished: bool = False,
         error: str | None = None,
+        to_owner: bool = False,
     ) -> StageOutput:
         """Build an output for ``request_id``; the scheduler fills in the metrics."""
         return StageOutput(
@@ -76,4 +77,5 @@ class StageModel(ABC):
             data=data,
             finished=finished or error is not None,
             error=error,
+            to_owner=to_owner,
         )

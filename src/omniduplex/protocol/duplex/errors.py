@@ -99,6 +99,7 @@ ERROR_CLASS_BY_CODE: Final = MappingProxyType(
         "runtime_data_plane_text_without_audio": _SERVER,
         "server_vad_unavailable": _SERVER,
         "model_backend_failed": _SERVER,
+        "input_transcription_failed": _SERVER,
         "stage_worker_died": _SERVER,
         "server_shutting_down": _SERVER,
         "server_starting": _SERVER,

@@ -85,6 +85,13 @@ class SessionEmitter:
             self.input_transcribed(item["id"], transcript)
         self.emit(ev.ConversationItemDone(previous_item_id=previous, item=item))
 
+    def input_transcript_delta(self, item_id: str, delta: str) -> None:
+        self.emit(
+            ev.ConversationItemInputAudioTranscriptionDelta(
+                item_id=item_id, content_index=0, delta=delta
+            )
+        )
+
     def input_transcribed(self, item_id: str, transcript: str) -> None:
         self.emit(
             ev.ConversationItemInputAudioTranscriptionCompleted(

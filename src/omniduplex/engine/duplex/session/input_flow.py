@@ -125,8 +125,10 @@ class InputFlow:
         self, detector: TurnDetector, samples: np.ndarray, command: cmd.AppendAudio
     ) -> None:
         turn = self.session.input
+        live = self.runner.live
         if detector.speaking:
             turn.speech_samples += samples.size
+            live.feed(samples)
         for event in detector.process(samples):
             if event.kind == "started":
                 turn.speech_active = True
@@ -142,6 +144,8 @@ class InputFlow:
                         "server_vad_speech_started",
                     )
                     self.runner.responses.cancel("turn_detected")
+                turn_start = self._position - turn.samples
+                live.begin(turn.item_id, event.audio_ms * self.rate_hz // 1000 - turn_start)
             elif event.kind == "stopped" and turn.speech_active:
                 turn.speech_active = False
                 self.out.speech_stopped(event.audio_ms, turn.item_id)
@@ -211,6 +215,7 @@ class InputFlow:
             self._position += tail.size
             turn.chunks.append(tail)
             turn.samples += tail.size
+            self.runner.live.feed(tail)
             if self.runner.turns is None and rms(tail) >= settings.overlap_silence_rms:
                 turn.speech_samples += tail.size
                 if not turn.speech_active and turn.appended and is_speech is not False:
@@ -244,31 +249,36 @@ class InputFlow:
         audio = turn.audio()
         session.input = InputTurn()
         if self.runner.turns is not None:
-            self.runner.turns.reset()
+            self.runner.turns.reset(self._position)
         previous = session.items.add(StoredItem(item=item, input_commit_seq=session.commit_seq + 1))
         session.commit_seq += 1
         session.turn_state = TurnState.USER_COMMITTED
         self.out.user_item_committed(item, previous, transcript if speech else "")
+        live = self.runner.live
         if not speech:
+            live.abort()
             self.out.listen("silence_or_noise", None)
             return
         if create_response is None:
             create_response = bool(settings.auto_response)
         if not create_response:
+            live.finish_transcript_only()
             session.committed_input = audio
             return
         if session.response is not None:
             overlap_ms = audio.size * 1000 // self.rate_hz
             if overlap_ms <= settings.overlap_short_ack_ms:
+                live.abort()
                 self.out.overlap_decision(settings.overlap_policy, "drop", "short_ack")
                 return
+            live.finish_transcript_only()
             session.deferred_commit = {"audio": audio}
             self.out.overlap_decision(
                 settings.overlap_policy, "listen", "accumulating_overlap_speech"
             )
             return
         session.committed_input = audio
-        self.runner.responses.start()
+        self.runner.responses.start(utterance=live.hand_over())
 
     def promote_deferred(self, deferred: dict[str, Any]) -> None:
         self.session.committed_input = deferred["audio"]
@@ -290,8 +300,9 @@ class InputFlow:
         self._stream_units = np.zeros(0, dtype=np.float32)
         with self._convert_lock:
             self._converter.reset()
+        self.runner.live.abort()
         if self.runner.turns is not None:
-            self.runner.turns.reset()
+            self.runner.turns.reset(self._position)
         return had
 
     # ---- text and items ------------------------------------------------------------------
@@ -355,16 +366,24 @@ class InputFlow:
                 exc.code, str(exc), event_id=command.event_id, param=getattr(exc, "param", None)
             )
             return
-        session.settings = updated
+        previous, session.settings = session.settings, updated
         plugin = self.runner.plugin
         if plugin.streams_input and not self._streamed:
             # A model-native plugin hands its session config (persona, voice, sampling) to
             # stage 0 with the first streamed unit; until then a session.update (the usual
             # autostart flow: session.created, session.update, audio) rebuilds that state.
             session.model_state = plugin.create_session_state(updated.as_model_config())
-        self.runner.turns = TurnDetector.from_settings(
-            updated, self.rate_hz, self.runner.plugin.create_speech_classifier
-        )
+        if updated.turn_detection != previous.turn_detection or self.runner.turns is None:
+            # Only a change of turn detection restarts it: an update of anything else
+            # while the user speaks must not lose the speech in progress.
+            self.runner.turns = TurnDetector.from_settings(
+                updated,
+                self.rate_hz,
+                self.runner.plugin.create_speech_classifier,
+                position_samples=self._position,
+            )
+            if self.runner.turns is None or not self.runner.turns.speaking:
+                self.runner.live.abort()
         self.out.session_updated()
 
     def on_signal_turn(self, command: cmd.SignalTurn) -> None:
@@ -383,19 +402,32 @@ class InputFlow:
             self.session.turn_state = state
         self.out.turn_event(command.event, self.session.turn_state.value)
 
-    def on_model_transcript(self, result: ModelInputTranscript) -> None:
+    def on_model_transcript(
+        self, result: ModelInputTranscript, *, request_id: str | None = None
+    ) -> None:
+        """A final transcript: of the utterance ``request_id`` carried, else of the last
+        user item. One already reported for that item is not reported again."""
         if not result.final or not result.text:
             return
-        last_user = None
+        utterance = self.runner.live.take(request_id) if request_id else None
+        target = None
         for stored in self.session.items:
-            if stored.item.get("role") == "user":
-                last_user = stored
-        if last_user is None:
+            if stored.item.get("role") != "user":
+                continue
+            if utterance is None or stored.item.get("id") == utterance.item_id:
+                target = stored
+        if target is None:
             return
-        for part in last_user.item.get("content", []):
-            if part.get("type") == "input_audio":
-                part["transcript"] = result.text
-        self.out.input_transcribed(last_user.item["id"], result.text)
+        parts = [p for p in target.item.get("content", []) if p.get("type") == "input_audio"]
+        if parts and all(p.get("transcript") == result.text for p in parts):
+            return
+        if utterance is not None:
+            delta = utterance.deltas.final(result.text)
+            if delta:
+                self.out.input_transcript_delta(utterance.item_id, delta)
+        for part in parts:
+            part["transcript"] = result.text
+        self.out.input_transcribed(target.item["id"], result.text)
 
     def on_timer(self, item: TimerItem) -> None:
         """No timers yet; model-driven continuation arrives with model-native plugins."""

@@ -24,6 +24,7 @@ from ..plugin import (
 )
 from .history import StoredItem
 from .lease import LeaseActivity
+from .live_transcript import Utterance
 from .state import ActiveResponse, PlaybackCursor, TurnState, new_response_id
 
 if TYPE_CHECKING:
@@ -89,8 +90,14 @@ class ResponseFlow:
             return "max_response_output_tokens"
         return None
 
-    def start(self, *, options: dict[str, Any] | None = None) -> ActiveResponse:
-        """Open a response for the committed input (or user text) and submit it."""
+    def start(
+        self, *, options: dict[str, Any] | None = None, utterance: Utterance | None = None
+    ) -> ActiveResponse:
+        """Open a response for the committed input (or user text) and submit it.
+
+        ``utterance``: the committed turn was transcribed while spoken; its stage request
+        already holds the audio and carries this response.
+        """
         session = self.session
         runner = self.runner
         options = options or {}
@@ -134,12 +141,16 @@ class ResponseFlow:
         request = ResponseRequest(
             fence=session.fence,
             response_id=response_id,
-            input_audio=audio,
+            input_audio=_EMPTY if utterance is not None else audio,
             input_text=text,
             history=session.items.messages(),
             options=options,
+            input_streamed=utterance is not None,
         )
-        request_id = stage_request_id(session.fence, f"resp{session.response_counter}")
+        if utterance is not None:
+            request_id = utterance.request_id
+        else:
+            request_id = stage_request_id(session.fence, f"resp{session.response_counter}")
         response.request_ids.append(request_id)
         try:
             data = runner.plugin.plan_response(session.model_state, request)
@@ -171,9 +182,9 @@ class ResponseFlow:
                 if not self.runner.plugin.streams_input:
                     return  # output of a response that already ended
                 self.start(options={})
-            self._on_result(result)
+            self._on_result(result, item.request_id)
 
-    def _on_result(self, result: Any) -> None:
+    def _on_result(self, result: Any, request_id: str) -> None:
         response = self.session.response
         if isinstance(result, ModelAudio):
             self._on_audio(response, result)
@@ -199,7 +210,7 @@ class ResponseFlow:
                 response.speak_emitted = True
                 self.out.speak(response)
         elif isinstance(result, ModelInputTranscript):
-            self.runner.inputs.on_model_transcript(result)
+            self.runner.inputs.on_model_transcript(result, request_id=request_id)
         elif isinstance(result, ModelError):
             self.fail(result.code, result.message)
 
@@ -292,6 +303,7 @@ class ResponseFlow:
         if response.conversation != "none":
             self._store_assistant_item(response, status, transcript, cursor)
         session.response = None
+        self.runner.live.forget(response.request_ids)
         if status == "completed":
             session.turn_id += 1
         session.turn_state = TurnState.IDLE

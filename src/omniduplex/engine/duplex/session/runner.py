@@ -27,6 +27,7 @@ from ..plugin import DuplexModelPlugin
 from .emitter import SessionEmitter
 from .input_flow import InputFlow
 from .lease import LeaseActivity
+from .live_transcript import LiveTranscription
 from .response_flow import ResponseFlow
 from .state import DuplexEngineSession, SessionState
 from .turn_detection import TurnDetector
@@ -43,6 +44,8 @@ class StageOutputItem:
     finished: bool
     error: str | None
     compute_s: float = 0.0
+    # Stage 0 addressed it to the session (a partial transcript), not to the next stage.
+    to_owner: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,7 @@ class DuplexSessionRunner:
         )
         self.responses = ResponseFlow(self)
         self.inputs = InputFlow(self)
+        self.live = LiveTranscription(self)
 
     # ---- lifecycle -------------------------------------------------------------
 
@@ -314,5 +318,7 @@ class DuplexSessionRunner:
         try:
             self.session.lease.touch(self.clock(), LeaseActivity.MODEL_OUTPUT)
         except Exception:
+            return
+        if self.live.claims(item):
             return
         self.responses.on_stage_output(item)

@@ -3,6 +3,10 @@
 Silence is measured by counting samples, never by the wall clock: a client that sends
 audio faster or slower than real time gets the same turns. The frame classifier is a
 seam: the default is an energy detector; a model can provide a neural one (Silero).
+
+The detector's clock is the session's input clock (samples appended since the session
+opened): whoever resets or replaces it says where that clock stands, so offsets stay true
+after commits, clears and a ``session.update`` mid-stream.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class TurnDetector:
         silence_duration_ms: int = 500,
         min_speech_duration_ms: int = 60,
         classifier: SpeechClassifier | None = None,
+        position_samples: int = 0,
     ) -> None:
         self.rate_hz = rate_hz
         self.threshold = threshold
@@ -43,7 +48,7 @@ class TurnDetector:
         self.classifier = classifier or EnergyClassifier()
         self._frame = rate_hz * self.classifier.frame_ms // 1000
         self._pending = np.zeros(0, dtype=np.float32)
-        self._position = 0  # samples consumed, i.e. the audio clock
+        self._position = position_samples  # samples consumed: the session's input clock
         self._speaking = False
         self._speech_run = 0
         self._silence_run = 0
@@ -54,6 +59,8 @@ class TurnDetector:
         settings: Any,
         rate_hz: int,
         classifier_factory: Callable[[], SpeechClassifier | None] | None = None,
+        *,
+        position_samples: int = 0,
     ) -> TurnDetector | None:
         config = getattr(settings, "turn_detection", None)
         if not config:
@@ -65,6 +72,7 @@ class TurnDetector:
             silence_duration_ms=int(config.get("silence_duration_ms", 500)),
             min_speech_duration_ms=int(config.get("min_speech_duration_ms", 60)),
             classifier=classifier_factory() if classifier_factory else None,
+            position_samples=position_samples,
         )
 
     @property
@@ -102,7 +110,12 @@ class TurnDetector:
         self._pending = buffer[frames * self._frame :].copy()
         return events
 
-    def reset(self) -> None:
+    def reset(self, position_samples: int | None = None) -> None:
+        """Forget the turn; the clock moves to ``position_samples`` (default: past the
+        samples held back for an incomplete frame, which are dropped but did elapse)."""
+        if position_samples is None:
+            position_samples = self._position + self._pending.size
+        self._position = position_samples
         self._pending = np.zeros(0, dtype=np.float32)
         self._speaking = False
         self._speech_run = 0

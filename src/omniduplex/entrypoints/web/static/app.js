@@ -55,6 +55,7 @@ class TalkPage {
       audioBytesSent: 0,
       eventsReceived: 0,
       audioDeltas: 0,
+      transcriptDeltas: 0,
       audioMsReceived: 0,
       audioMsPlayed: 0,
       responses: 0,
@@ -368,6 +369,7 @@ class TalkPage {
       "conversation.item.input_audio_transcription.delta": (e) => {
         const item = this.upsert(e.item_id, { role: "user" });
         item.text = (item.text || "") + (e.delta || "");
+        this.counters.transcriptDeltas++;
       },
       "conversation.item.input_audio_transcription.completed": (e) => {
         const item = this.upsert(e.item_id, { role: "user" });
@@ -793,7 +795,8 @@ class TalkPage {
     const nodes = [who];
     if (item.role === "user") {
       const text = document.createElement("span");
-      text.className = "text";
+      // Words heard so far (deltas) read as provisional until the transcript completes.
+      text.className = item.transcribed || !item.text ? "text" : "text partial";
       text.textContent = item.text || (item.speaking ? "…(speaking)" : "(audio)");
       nodes.push(text);
       if (item.committed && !item.transcribed && !item.text) nodes.push(this.badge("no transcript"));
@@ -861,6 +864,7 @@ class TalkPage {
           role: item.role,
           status: item.status,
           text: item.text,
+          transcribed: Boolean(item.transcribed),
           heard,
           unheard,
           truncated: Boolean(item.truncated),

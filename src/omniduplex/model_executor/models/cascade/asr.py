@@ -6,6 +6,14 @@ several sessions interleave. When the input is final the utterance ends and one 
 carries the transcript plus everything the later stages need (the request's metadata is
 passed through untouched).
 
+A *live* request (first input ``live: True``) is an utterance fed while the user speaks:
+it is decoded in pieces of at least ``asr_partial_ms`` as they arrive, and every changed
+hypothesis goes back to the request's owner (``to_owner``) as a ``partial_transcript``.
+Its final input either carries a response's data (the transcript then goes on to the
+responder, as for any turn) or ``transcribe_only: True`` (the transcript goes back to the
+owner and the request ends). The decoder wait of a live request starts at its final
+input: a speaker who finds every decoder busy is only decoded later, not failed.
+
 A decoder (about 90 MB) is taken from the pool when a request starts decoding and given
 back when it finishes or is aborted. A request that finds none waits up to
 ``asr_wait_s``, then fails alone with ``asr_pool_exhausted``.
@@ -30,7 +38,7 @@ from .vad import SILERO_FRAME_SAMPLES, SileroClassifier
 GRAMMAR_SEARCH = "cascade_grammar"
 _WORD = re.compile(r"[a-z']+")
 # Keys of a request's data the stage consumes; everything else is passed through.
-_CONSUMED = ("audio",)
+_CONSUMED = ("audio", "live", "transcribe_only")
 
 
 def normalise_sentence(text: str) -> str:
@@ -141,6 +149,9 @@ class _Turn:
     decode_s: float = 0.0
     first_input_at: float = 0.0
     final_at: float = 0.0
+    live: bool = False
+    transcribe_only: bool = False
+    last_partial: str = ""
 
 
 class AsrStageModel(StageModel):
@@ -164,6 +175,7 @@ class AsrStageModel(StageModel):
         self._turns: dict[str, _Turn] = {}
         self._rng = np.random.default_rng(0)
         self._chunk = self.options.input_rate_hz * self.options.asr_chunk_ms // 1000
+        self._partial_chunk = self.options.input_rate_hz * self.options.asr_partial_ms // 1000
         self._pad = self.options.input_rate_hz * self.options.asr_trim_pad_ms // 1000
         self._vad = SileroClassifier() if self.options.asr_trim_silence else None
 
@@ -185,6 +197,8 @@ class AsrStageModel(StageModel):
         self._ingest(turn, inputs)
 
     def _ingest(self, turn: _Turn, inputs: StageInput) -> None:
+        turn.live = turn.live or bool(inputs.data.get("live"))
+        turn.transcribe_only = turn.transcribe_only or bool(inputs.data.get("transcribe_only"))
         audio = inputs.data.get("audio")
         if audio is not None:
             samples = np.asarray(audio, dtype=np.float32).reshape(-1)
@@ -197,6 +211,8 @@ class AsrStageModel(StageModel):
         if inputs.final:
             turn.final = True
             turn.final_at = self._clock()
+            if turn.live:
+                turn.waiting_since = turn.final_at
 
     def abort(self, request_id: str) -> None:
         turn = self._turns.pop(request_id, None)
@@ -229,6 +245,8 @@ class AsrStageModel(StageModel):
         one: silence, noise, the assistant's echo), keeping ``asr_trim_pad_ms``."""
         if self._vad is None or turn.started or not turn.final or not turn.pending_samples:
             return
+        if turn.live:
+            return  # the engine fed it from the speech onset already
         audio = np.concatenate(turn.pending)
         onset = speech_onset(audio, self._vad)
         kept = audio[max(0, onset - self._pad) :] if onset is not None else audio[:0]
@@ -238,12 +256,19 @@ class AsrStageModel(StageModel):
     def _ready(self, turn: _Turn) -> bool:
         if turn.pending_samples == 0 and not turn.final:
             return False
+        if not turn.final and turn.live and turn.pending_samples < self._partial_chunk:
+            return False  # decode a live utterance in pieces, not append by append
         if self._needs_decoder(turn):
             # Ready if a decoder can be had, or its wait is over (it fails in step).
             can = self.pool.in_use < self.pool.size
+            if not turn.final:
+                return can
             waited = self._clock() - turn.waiting_since >= self.options.asr_wait_s
             return can or waited
         return True
+
+    def _waits_for_decoder(self, turn: _Turn) -> bool:
+        return self._needs_decoder(turn) and (turn.final or not turn.live)
 
     def ready_request_ids(self) -> list[str]:
         return [rid for rid, turn in self._turns.items() if self._ready(turn)]
@@ -252,7 +277,7 @@ class AsrStageModel(StageModel):
         waits = [
             turn.waiting_since + self.options.asr_wait_s - self._clock()
             for turn in self._turns.values()
-            if self._needs_decoder(turn)
+            if self._waits_for_decoder(turn)
         ]
         return max(0.0, min(waits)) if waits else None
 
@@ -282,7 +307,7 @@ class AsrStageModel(StageModel):
                 )
                 data = {**turn.meta, "kind": "error", "code": "asr_pool_exhausted"}
                 data["message"] = message
-                return self.output(request_id, data, finished=True)
+                return self.output(request_id, data, finished=True, to_owner=turn.transcribe_only)
         decoder = turn.decoder
         if turn.pending_samples:
             if not turn.started:
@@ -295,8 +320,12 @@ class AsrStageModel(StageModel):
             decoder.process_raw(_pcm16(chunk, self.options.asr_dither, self._rng), False, False)
             turn.samples_decoded += chunk.size
         if not turn.final or turn.pending_samples:
+            partial = self._partial(turn) if turn.live else None
             turn.decode_s += self._clock() - started
-            return None
+            if partial is None:
+                return None
+            data = {"kind": "partial_transcript", "transcript": partial}
+            return self.output(request_id, data, to_owner=True)
         text = ""
         if turn.started:
             decoder.end_utt()
@@ -325,4 +354,13 @@ class AsrStageModel(StageModel):
             "input_audio_s": turn.samples_received / self.options.input_rate_hz,
             "trace": trace,
         }
-        return self.output(request_id, data, finished=True)
+        return self.output(request_id, data, finished=True, to_owner=turn.transcribe_only)
+
+    def _partial(self, turn: _Turn) -> str | None:
+        """The utterance's hypothesis so far, if it changed since the last one reported."""
+        hyp = turn.decoder.hyp() if turn.started else None
+        text = normalise_sentence(hyp.hypstr) if hyp is not None else ""
+        if not text or text == turn.last_partial:
+            return None
+        turn.last_partial = text
+        return text

@@ -27,7 +27,9 @@ class CascadeOptions:
     turn and decodes from its first speech (less ``asr_trim_pad_ms``): a commit holds
     everything since the last one, and noise before the speech derails the decoder; a
     turn without speech is heard as nothing. ``asr_chunk_ms`` of audio is decoded per request
-    per step, so long turns of several sessions interleave.
+    per step, so long turns of several sessions interleave. ``asr_partials``: decode while
+    the user speaks (server VAD) and report hypotheses, in pieces of ``asr_partial_ms``;
+    a speaking user then holds a decoder until the turn is committed.
 
     Responder: ``builtin`` (deterministic rules; ``responder_now`` pins its clock, ISO
     8601) or ``openai`` (``llm_base_url`` + ``llm_model`` [+ ``llm_api_key``], streamed;
@@ -44,6 +46,8 @@ class CascadeOptions:
     asr_pool_size: int = 2
     asr_wait_s: float = 5.0
     asr_chunk_ms: int = 1000
+    asr_partials: bool = True
+    asr_partial_ms: int = 320
     asr_grammar: str | None = None
     asr_sentences: tuple[str, ...] | None = None
     asr_dither: float = 0.001
@@ -71,6 +75,7 @@ class CascadeOptions:
             "unit_ms",
             "asr_pool_size",
             "asr_chunk_ms",
+            "asr_partial_ms",
             "asr_trim_pad_ms",
             "speech_rate_wpm",
         ):

