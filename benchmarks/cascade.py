@@ -10,11 +10,19 @@ paced in real time (32 ms appends), with OpenAI's server_vad. Per utterance, cli
   turn, two stage hops);
 - ``reply_tts``: transcript -> first ``output_audio.delta`` (responder + first sentence of
   TTS + encoding);
-- ``total``: last speech sample -> first reply audio byte.
+- ``total``: last speech sample -> first reply audio byte;
+- ``first_partial``: first speech sample -> first ``input_audio_transcription.delta``
+  (words heard while the user still speaks), and how many deltas came before
+  ``speech_stopped``.
+
+The wire run is made twice: with the deployment's default of transcribing while the
+user speaks (``asr_partials``) and without it (the whole turn is decoded at its end).
 
 In-process, per stage on the same utterances: ASR finalisation (final input -> transcript
-output), responder (transcript -> reply text), TTS first audio (reply text -> first audio
-unit), and the real-time factor of each stage (compute / audio seconds).
+output) for a whole turn handed over at its end and for a live utterance fed in 32 ms
+appends while spoken (only its tail is left), responder (transcript -> reply text), TTS
+first audio (reply text -> first audio unit), and the real-time factor of each stage
+(compute / audio seconds).
 
 Barge-in: an LLM responder test double streams one token per 150 ms, so the reply is
 still being produced when the user talks over it; the stop latency is the time from the
@@ -189,6 +197,7 @@ class Utterance:
     text: str
     audio: np.ndarray  # 24 kHz float32, lead + speech + tail
     speech_end_s: float  # offset of the last speech sample
+    speech_start_s: float  # offset of the first speech sample
 
 
 def utterance(text: str, lead_ms: int = 300, tail_ms: int = 900) -> Utterance:
@@ -196,7 +205,7 @@ def utterance(text: str, lead_ms: int = 300, tail_ms: int = 900) -> Utterance:
     lead = np.zeros(RATE * lead_ms // 1000, np.float32)
     tail = np.zeros(RATE * tail_ms // 1000, np.float32)
     audio = np.concatenate((lead, spoken, tail))
-    return Utterance(text, audio, (lead.size + spoken.size) / RATE)
+    return Utterance(text, audio, (lead.size + spoken.size) / RATE, lead.size / RATE)
 
 
 class Paced:
@@ -260,6 +269,12 @@ async def latency_run(url: str, utterances: list[Utterance]) -> list[dict[str, A
             t_eos = t0 + u.speech_end_s
             t_stop = paced.first("input_audio_buffer.speech_stopped", mark)
             heard = paced.first("conversation.item.input_audio_transcription.completed", mark)
+            partial = paced.first("conversation.item.input_audio_transcription.delta", mark)
+            deltas = [
+                t
+                for t, e in paced.events[mark:]
+                if e["type"] == "conversation.item.input_audio_transcription.delta"
+            ]
             audio = paced.first("response.output_audio.delta", mark)
             if t_stop is None or heard is None or audio is None:
                 rows.append({"text": u.text, "error": "missing events"})
@@ -274,6 +289,8 @@ async def latency_run(url: str, utterances: list[Utterance]) -> list[dict[str, A
                     "reply_tts_s": audio[0] - heard[0],
                     "total_s": audio[0] - t_eos,
                     "done_after_first_audio_s": t_done - audio[0],
+                    "first_partial_s": partial[0] - (t0 + u.speech_start_s) if partial else None,
+                    "deltas_before_stop": sum(t < t_stop[0] for t in deltas),
                 }
             )
             await asyncio.sleep(0.05)
@@ -332,6 +349,23 @@ def drain(model: Any, request_id: str, *, until: Any) -> tuple[float, list[Any]]
             raise TimeoutError(request_id)
 
 
+def live_asr_final(asr: Any, rid: str, audio16: np.ndarray) -> float:
+    """Feed ``audio16`` as a live utterance in 32 ms appends, decoding as it becomes
+    ready (as the stage thread would), then time the final input -> transcript."""
+    piece = 16_000 * CHUNK_MS // 1000
+    for i in range(0, audio16.size, piece):
+        data: dict[str, Any] = {"audio": audio16[i : i + piece]}
+        if i == 0:
+            asr.add_request(rid, StageInput({**data, "live": True}))
+        else:
+            asr.update_request(rid, StageInput(data))
+        if asr.ready_request_ids():
+            asr.step(asr.ready_request_ids())
+    asr.update_request(rid, StageInput({"response_id": rid}, final=True))
+    seconds, _ = drain(asr, rid, until=lambda o: o and o[-1].finished)
+    return seconds
+
+
 def stage_run(utterances: list[Utterance]) -> dict[str, Any]:
     asr = AsrStageModel(asr_sentences=None if FREE_ASR else SENTENCES)
     responder = ResponderStageModel()
@@ -350,6 +384,7 @@ def stage_run(utterances: list[Utterance]) -> dict[str, Any]:
         rid = f"r{k}"
         asr.add_request(rid, StageInput({"audio": audio16, "response_id": rid}, final=True))
         asr_s, asr_out = drain(asr, rid, until=lambda o: o and o[-1].finished)
+        live_s = live_asr_final(asr, f"live{k}", audio16)
         responder.add_request(rid, StageInput(asr_out[-1].data, final=True))
         resp_s, resp_out = drain(
             responder, rid, until=lambda o: any(x.data.get("kind") == "reply" for x in o)
@@ -369,6 +404,7 @@ def stage_run(utterances: list[Utterance]) -> dict[str, Any]:
                 "text": u.text,
                 "heard": asr_out[-1].data.get("transcript"),
                 "asr_final_s": asr_s,
+                "asr_final_live_s": live_s,
                 "asr_rtf": asr_s / (audio16.size / 16_000),
                 "responder_s": resp_s,
                 "tts_first_audio_s": first_s,
@@ -407,7 +443,7 @@ def plot(result: dict[str, Any], path: Path) -> bool:
     left.set_title("end of speech -> first reply audio (wire, real-time pacing)")
     left.legend(fontsize=8, loc="lower right")
     stage = result["stages"]["summary"]
-    names = ["asr_final", "responder", "tts_first_audio"]
+    names = ["asr_final", "asr_final_live", "responder", "tts_first_audio"]
     right.bar(names, [stage[n]["p50_ms"] for n in names], label="p50")
     right.bar(
         names,
@@ -432,6 +468,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         with serve(write_deploy(Path(folder))) as url:
             e2e = await latency_run(url, utterances)
+        with serve(write_deploy(Path(folder), asr_partials=False)) as url:
+            whole_turn = await latency_run(url, utterances)
         backend = SlowChatBackend()
         try:
             path = write_deploy(
@@ -442,6 +480,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             backend.close()
     ok = [r for r in e2e if "error" not in r]
+    ok_whole = [r for r in whole_turn if "error" not in r]
     return {
         "benchmark": "cascade",
         "machine": {
@@ -463,14 +502,31 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 key: percentiles([r[f"{key}_s"] for r in ok])
                 for key in ("total", "vad_delay", "asr_final", "reply_tts")
             },
+            "first_partial": percentiles(
+                [r["first_partial_s"] for r in ok if r["first_partial_s"] is not None]
+            ),
+            "utterances_with_words_before_speech_stopped": sum(
+                r["deltas_before_stop"] > 0 for r in ok
+            ),
             "recognised_exactly": sum(
                 r["heard"] == " ".join(r["text"].lower().strip(".?!").split()) for r in ok
             ),
             "rows": e2e,
         },
+        "e2e_whole_turn_asr": {
+            "summary": {
+                key: percentiles([r[f"{key}_s"] for r in ok_whole])
+                for key in ("total", "vad_delay", "asr_final", "reply_tts")
+            },
+            "recognised_exactly": sum(
+                r["heard"] == " ".join(r["text"].lower().strip(".?!").split()) for r in ok_whole
+            ),
+            "rows": whole_turn,
+        },
         "stages": {
             "summary": {
                 "asr_final": percentiles([r["asr_final_s"] for r in srows]),
+                "asr_final_live": percentiles([r["asr_final_live_s"] for r in srows]),
                 "responder": percentiles([r["responder_s"] for r in srows]),
                 "tts_first_audio": percentiles([r["tts_first_audio_s"] for r in srows]),
             },
@@ -513,7 +569,10 @@ def main() -> None:
     drawn = plot(result, png)
     summary = {
         "e2e": result["e2e"]["summary"],
+        "first_partial": result["e2e"]["first_partial"],
+        "words_before_speech_stopped": result["e2e"]["utterances_with_words_before_speech_stopped"],
         "recognised_exactly": result["e2e"]["recognised_exactly"],
+        "e2e_whole_turn_asr": result["e2e_whole_turn_asr"]["summary"],
         "stages": result["stages"]["summary"],
         "rtf": result["stages"]["rtf"],
         "barge_in": result["barge_in"]["summary"],

@@ -71,6 +71,18 @@ def test_summary_from_a_scripted_timeline() -> None:
     assert c.timeline()[0] == (0.0, "->", "input_audio_buffer.commit")
 
 
+def test_user_transcript_is_the_deltas_until_the_completed_transcript() -> None:
+    c = EventCollector()
+    kind = "conversation.item.input_audio_transcription"
+    c.add({"type": f"{kind}.delta", "item_id": "item_u", "delta": "what"})
+    c.add({"type": f"{kind}.delta", "item_id": "item_other", "delta": "no"})
+    c.add({"type": f"{kind}.delta", "item_id": "item_u", "delta": " time"})
+    assert c.user_transcript("item_u") == "what time"
+    c.add({"type": f"{kind}.completed", "item_id": "item_u", "transcript": "what time is it"})
+    assert c.user_transcript("item_u") == "what time is it"
+    assert c.user_transcript("item_none") == ""
+
+
 def test_distribution_drops_negative_and_non_finite_values() -> None:
     assert distribution([]) is None
     assert distribution([-1.0, math.nan, math.inf]) is None

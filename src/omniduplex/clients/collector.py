@@ -38,6 +38,8 @@ from .events import (
 __all__ = ["EventCollector", "Record", "distribution"]
 
 _COMMIT_COMMANDS = frozenset({"input_audio_buffer.commit", "input.commit", "response.create"})
+_INPUT_TRANSCRIPT_DELTA = "conversation.item.input_audio_transcription.delta"
+_INPUT_TRANSCRIBED = "conversation.item.input_audio_transcription.completed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +161,19 @@ class EventCollector:
             for e in self.response_events(response_id)
             if _type(e) in (TRANSCRIPT_DELTA, TEXT_DELTA)
         )
+
+    def user_transcript(self, item_id: str) -> str:
+        """What the server heard in a user item: its completed transcript, or until that
+        arrives the ``input_audio_transcription.delta`` texts so far."""
+        heard = ""
+        for r in self.records:
+            if r.kind != "event" or _get(r.obj, "item_id") != item_id:
+                continue
+            if r.type == _INPUT_TRANSCRIBED:
+                return str(_get(r.obj, "transcript") or "")
+            if r.type == _INPUT_TRANSCRIPT_DELTA:
+                heard += str(_get(r.obj, "delta") or "")
+        return heard
 
     def audio_bytes(self, response_id: str | None = None) -> bytes:
         """PCM16 of one response (or of all, in arrival order)."""

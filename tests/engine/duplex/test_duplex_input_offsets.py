@@ -87,3 +87,26 @@ async def test_server_vad_offsets_stay_in_session_time_across_updates_and_commit
     stops = [e.audio_end_ms for e in first + second if e.type.endswith("speech_stopped")]
     assert starts == [1500 - 300, 3100 - 300]
     assert all(abs(stop - end) <= 40 for stop, end in zip(stops, [2100, 3500], strict=True)), stops
+
+
+async def test_server_vad_keeps_no_more_silence_than_a_turn_can_use() -> None:
+    # Loopback answers with as much audio as the committed turn held: after 20 s of
+    # silence, a turn must still hold only its padding, its speech and its closing silence.
+    vad = {"type": "server_vad", "prefix_padding_ms": 300, "silence_duration_ms": 300}
+    async with DuplexOmni(deployment()) as omni:
+        handle = await omni.open_session({"turn_detection": vad})
+        reader = EventReader(handle)
+        fmt = {"type": "audio/pcm", "rate": 16000}
+        for _ in range(20):
+            handle.submit(_append(bytes(16000 * 2), fmt))  # 1 s of silence
+        handle.submit(_append(sine_pcm16(600), fmt))
+        handle.submit(_append(bytes(16000 * 2 * 500 // 1000), fmt))
+        events = await reader.until(lambda e: e.type == "response.done")
+        await asyncio.wait_for(handle.close(), TIMEOUT_S)
+    started = next(e for e in events if e.type == "input_audio_buffer.speech_started")
+    assert started.audio_start_ms == 20_000 - 300  # offsets still count the whole stream
+    reply_bytes = sum(
+        len(base64.b64decode(e.delta)) for e in events if e.type == "response.output_audio.delta"
+    )
+    # 24 kHz pcm16 out: 48 bytes per ms. Kept: <= 800 ms before speech + 600 + 500.
+    assert 0 < reply_bytes / 48 < 2500

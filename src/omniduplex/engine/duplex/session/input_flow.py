@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from .runner import DuplexSessionRunner, TimerItem
 
 
+# Speech is declared some frames after its onset; keep this much more than the padding.
+_VAD_LAG_MARGIN_MS = 500
+
+
 class InputFlow:
     def __init__(self, runner: DuplexSessionRunner) -> None:
         self.runner = runner
@@ -151,6 +155,19 @@ class InputFlow:
                 self.out.speech_stopped(event.audio_ms, turn.item_id)
                 create = self.session.settings.turn_detection.get("create_response", True)
                 self.commit(create_response=bool(create), event_id=None, vad=True)
+        if not detector.speaking and not self.session.input.speech_active:
+            self._forget_old_silence(self.session.input, detector.prefix_padding_ms)
+
+    def _forget_old_silence(self, turn: InputTurn, padding_ms: int) -> None:
+        """Under server VAD a turn starts at most ``prefix_padding_ms`` before its speech,
+        so audio older than that (plus the detector's own lag) can never be part of one:
+        a session that listens for an hour must not hold an hour of silence."""
+        keep = self.rate_hz * (padding_ms + _VAD_LAG_MARGIN_MS) // 1000
+        if turn.samples <= 2 * keep:
+            return
+        recent = turn.audio()[-keep:].copy()
+        turn.chunks = [recent]
+        turn.samples = recent.size
 
     def _overlap(self, samples: int) -> None:
         """Speech while the assistant talks, without server VAD: apply the overlap policy."""

@@ -131,6 +131,9 @@ class LiveTranscription:
     def hand_over(self) -> Utterance | None:
         """The committed utterance, for the response that answers it (None: use the audio)."""
         utterance, self._speaking = self._speaking, None
+        # Transcripts still owed by a cancelled epoch will never arrive: forget them.
+        epoch = self.session.epoch
+        self._finishing = {r: u for r, u in self._finishing.items() if u.epoch == epoch}
         if utterance is None:
             return None
         if utterance.failed or utterance.epoch != self.session.epoch:

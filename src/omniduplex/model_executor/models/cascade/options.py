@@ -43,7 +43,7 @@ class CascadeOptions:
     input_rate_hz: int = INPUT_RATE_HZ
     output_rate_hz: int = OUTPUT_RATE_HZ
     unit_ms: int = 200
-    asr_pool_size: int = 2
+    asr_pool_size: int = 4
     asr_wait_s: float = 5.0
     asr_chunk_ms: int = 1000
     asr_partials: bool = True
