@@ -390,7 +390,7 @@ class InputFlow:
             # stage 0 with the first streamed unit; until then a session.update (the usual
             # autostart flow: session.created, session.update, audio) rebuilds that state.
             session.model_state = plugin.create_session_state(updated.as_model_config())
-        if updated.turn_detection != previous.turn_detection or self.runner.turns is None:
+        if updated.turn_detection != previous.turn_detection:
             # Only a change of turn detection restarts it: an update of anything else
             # while the user speaks must not lose the speech in progress.
             self.runner.turns = TurnDetector.from_settings(

@@ -261,13 +261,14 @@ class AsrStageModel(StageModel):
         if self._needs_decoder(turn):
             # Ready if a decoder can be had, or its wait is over (it fails in step).
             can = self.pool.in_use < self.pool.size
-            if not turn.final:
+            if not self._waits_for_decoder(turn):
                 return can
             waited = self._clock() - turn.waiting_since >= self.options.asr_wait_s
             return can or waited
         return True
 
     def _waits_for_decoder(self, turn: _Turn) -> bool:
+        """Needs a decoder and is on the clock for one (a live turn only once it ended)."""
         return self._needs_decoder(turn) and (turn.final or not turn.live)
 
     def ready_request_ids(self) -> list[str]:
