@@ -1,13 +1,12 @@
 """The microphone input of the browser test: a WAV that chromium plays as a fake microphone.
 
-Speech comes from espeak-ng (the ``espeakng-loader`` wheel, through ctypes) when it is
-installed, else from a synthetic speech-like signal (a voiced, syllable-modulated tone
-that any energy VAD takes for speech). Chromium loops the file.
+Speech comes from the cascade's own espeak-ng voice when the wheel is installed, else
+from a synthetic speech-like signal (a voiced, syllable-modulated tone that any energy VAD
+takes for speech). Chromium loops the file.
 """
 
 from __future__ import annotations
 
-import ctypes
 import subprocess
 import sys
 import tempfile
@@ -15,7 +14,6 @@ import wave
 from pathlib import Path
 
 import numpy as np
-import soxr
 
 RATE = 24_000
 
@@ -41,46 +39,15 @@ def espeak(text: str, rate_hz: int = RATE) -> np.ndarray | None:
 
 def _espeak_here(text: str, rate_hz: int) -> np.ndarray | None:
     try:
-        import espeakng_loader
+        from omniduplex.model_executor.models.cascade.synthetic import say
+        from omniduplex.model_executor.models.cascade.tts import EspeakError
     except ImportError:
         return None
-    lib = ctypes.CDLL(espeakng_loader.get_library_path())
-    callback_type = ctypes.CFUNCTYPE(
-        ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p
-    )
-    chunks: list[np.ndarray] = []
-
-    def on_synth(wav, count, _events):  # type: ignore[no-untyped-def]
-        if wav and count > 0:
-            chunks.append(np.ctypeslib.as_array(wav, shape=(count,)).astype(np.float32) / 32768)
-        return 0
-
-    callback = callback_type(on_synth)
-    lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-    lib.espeak_SetSynthCallback.argtypes = [callback_type]
-    lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
-    lib.espeak_Synth.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_uint,
-        ctypes.c_int,
-        ctypes.c_uint,
-        ctypes.c_uint,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-    ]
-    # AUDIO_OUTPUT_SYNCHRONOUS: the callback runs on this thread, inside espeak_Synth.
-    native = lib.espeak_Initialize(2, 100, espeakng_loader.get_data_path().encode(), 0)
-    if native <= 0:
+    try:
+        spoken = say(text, rate_hz)
+    except EspeakError:  # no espeak-ng wheel, or it would not start
         return None
-    lib.espeak_SetSynthCallback(callback)
-    lib.espeak_SetVoiceByName(b"en-us")
-    data = text.encode() + b"\0"
-    lib.espeak_Synth(data, len(data), 0, 1, 0, 1, None, None)  # POS_CHARACTER, CHARS_UTF8
-    if not chunks:
-        return None
-    spoken = np.concatenate(chunks)
-    return np.asarray(soxr.resample(spoken, native, rate_hz), dtype=np.float32)
+    return spoken if spoken.size else None
 
 
 def speech_like(ms: int, rate_hz: int = RATE) -> np.ndarray:

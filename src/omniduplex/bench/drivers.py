@@ -98,8 +98,20 @@ class Driver(ABC):
     supports_resume = False
     supports_barge_in = False
 
-    def __init__(self, recorder: SessionRecorder) -> None:
+    def __init__(
+        self,
+        recorder: SessionRecorder,
+        url: str,
+        *,
+        dialect: str = "ga",
+        api_key: str | None = None,
+        server_vad: bool = False,
+    ) -> None:
         self.rec = recorder
+        self.url = url
+        self.dialect = dialect
+        self.api_key = api_key
+        self.server_vad = server_vad
 
     @abstractmethod
     async def open(self) -> None: ...
@@ -141,20 +153,8 @@ class DuplexDriver(Driver):
     supports_resume = True
     supports_barge_in = True
 
-    def __init__(
-        self,
-        recorder: SessionRecorder,
-        url: str,
-        *,
-        dialect: str = "ga",
-        api_key: str | None = None,
-        server_vad: bool = False,
-    ) -> None:
-        super().__init__(recorder)
-        self.url = url
-        self.dialect = dialect
-        self.api_key = api_key
-        self.server_vad = server_vad
+    def __init__(self, recorder: SessionRecorder, url: str, **connection: Any) -> None:
+        super().__init__(recorder, url, **connection)
         self.client: DuplexClient | None = None
         self._responses: Any = None
 
@@ -263,20 +263,8 @@ class RealtimeDriver(Driver):
     kind = "realtime"
     input_rate_hz = 24_000
 
-    def __init__(
-        self,
-        recorder: SessionRecorder,
-        url: str,
-        *,
-        dialect: str = "ga",
-        api_key: str | None = None,
-        server_vad: bool = False,
-    ) -> None:
-        super().__init__(recorder)
-        self.url = url
-        self.dialect = dialect
-        self.api_key = api_key
-        self.server_vad = server_vad
+    def __init__(self, recorder: SessionRecorder, url: str, **connection: Any) -> None:
+        super().__init__(recorder, url, **connection)
         self.ws: ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
         self._responses: dict[str, _PlainResponse] = {}

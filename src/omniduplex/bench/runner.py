@@ -147,15 +147,8 @@ async def _session(
 ) -> None:
     rng = random.Random(cfg.seed * 1_000_003 + index)
     vad = cfg.turn_detection == "server_vad"
-    driver: Driver
-    if kind == "duplex":
-        driver = DuplexDriver(
-            rec, cfg.url, dialect=cfg.dialect, api_key=cfg.api_key, server_vad=vad
-        )
-    else:
-        driver = RealtimeDriver(
-            rec, cfg.url, dialect=cfg.dialect, api_key=cfg.api_key, server_vad=vad
-        )
+    driver_class: type[Driver] = DuplexDriver if kind == "duplex" else RealtimeDriver
+    driver = driver_class(rec, cfg.url, dialect=cfg.dialect, api_key=cfg.api_key, server_vad=vad)
     await asyncio.sleep(rng.uniform(0.0, min(1.0, cfg.duration_s / 4)))
     try:
         await asyncio.wait_for(driver.open(), cfg.connect_timeout_s)

@@ -6,28 +6,16 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..clients.collector import distribution
+
 __all__ = ["histogram_quantiles", "parse_metrics", "ratios", "summarize"]
 
 
 def summarize(values: Iterable[float]) -> dict[str, float | int] | None:
     """``{count, mean, p50, p95, p99, min, max}`` (nearest rank, rounded to 3 decimals) of
-    the finite values; ``None`` when there are none."""
-    kept = sorted(v for v in values if isinstance(v, int | float) and math.isfinite(v))
-    if not kept:
-        return None
-
-    def rank(p: float) -> float:
-        return kept[max(0, math.ceil(p * len(kept)) - 1)]
-
-    return {
-        "count": len(kept),
-        "mean": round(sum(kept) / len(kept), 3),
-        "p50": round(rank(0.50), 3),
-        "p95": round(rank(0.95), 3),
-        "p99": round(rank(0.99), 3),
-        "min": round(kept[0], 3),
-        "max": round(kept[-1], 3),
-    }
+    the finite values, negative ones included (an event may come before it was due);
+    ``None`` when there are none."""
+    return distribution(values, quantiles=(0.50, 0.95, 0.99), non_negative=False)
 
 
 def ratios(dist: Mapping[str, Any] | None, floor_ms: float | None) -> dict[str, float] | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,24 +52,32 @@ class Record:
     obj: Any
 
 
-def distribution(values: list[float]) -> dict[str, float | int] | None:
+def distribution(
+    values: Iterable[float],
+    *,
+    quantiles: tuple[float, ...] = (0.50, 0.95),
+    non_negative: bool = True,
+) -> dict[str, float | int] | None:
     """``{count, mean, p50, p95, min, max}`` (nearest rank, ms rounded to 3 decimals) of
-    the finite, non-negative values; ``None`` when there are none."""
-    kept = sorted(v for v in values if math.isfinite(v) and v >= 0)
+    the finite values, the non-negative ones only unless ``non_negative`` is False; other
+    ``quantiles`` add or drop ``p<nn>`` keys. ``None`` when no value is kept."""
+    kept = sorted(
+        v
+        for v in values
+        if isinstance(v, int | float) and math.isfinite(v) and (v >= 0 or not non_negative)
+    )
     if not kept:
         return None
 
     def rank(p: float) -> float:
         return kept[max(0, math.ceil(p * len(kept)) - 1)]
 
-    return {
-        "count": len(kept),
-        "mean": round(sum(kept) / len(kept), 3),
-        "p50": round(rank(0.50), 3),
-        "p95": round(rank(0.95), 3),
-        "min": round(kept[0], 3),
-        "max": round(kept[-1], 3),
-    }
+    out: dict[str, float | int] = {"count": len(kept), "mean": round(sum(kept) / len(kept), 3)}
+    for q in quantiles:
+        out[f"p{round(q * 100)}"] = round(rank(q), 3)
+    out["min"] = round(kept[0], 3)
+    out["max"] = round(kept[-1], 3)
+    return out
 
 
 class EventCollector:

@@ -61,6 +61,12 @@ class AsyncOmniBase(OmniBase):
                 continue
             if not handled:
                 log.warning("engine message %s had no route", type(message).__name__)
+            if self._let_consumers_run(message):
+                await asyncio.sleep(0)
+
+    def _let_consumers_run(self, message: object) -> bool:
+        """Whether the pump should yield to the consumers after routing ``message``."""
+        return False
 
     def _route_engine_message(self, message: object) -> bool:
         """Deliver one engine message; False if no class in the chain knows it."""

@@ -372,15 +372,8 @@ class DuplexOmni(AsyncOmni):
             raise EngineDeadError(self._dead_reason)
         payload = {k: v for k, v in dict(session or {}).items() if k not in ("id", "session_id")}
         session_id = f"duplex-{uuid.uuid4().hex}"
-        runtime = self.runtime_config
-        handle = DuplexSessionHandle(
-            self,
-            session_id,
-            max_events=runtime.max_outbox_events_per_session,
-            max_bytes=runtime.max_outbox_bytes_per_session,
-        )
         # Registered before the RPC: session.created may be pumped before it returns.
-        self._handles[session_id] = handle
+        handle = self._new_handle(session_id)
         try:
             result = await self.engine.open_session(session_id, payload)
         except BaseException:
@@ -402,17 +395,20 @@ class DuplexOmni(AsyncOmni):
         """
         await self.start()
         result = await self.engine.resume_session(session_id, expected_lease_generation)
-        handle = self._handles.get(session_id)
-        if handle is None:
-            runtime = self.runtime_config
-            handle = DuplexSessionHandle(
-                self,
-                session_id,
-                max_events=runtime.max_outbox_events_per_session,
-                max_bytes=runtime.max_outbox_bytes_per_session,
-            )
-            self._handles[session_id] = handle
+        handle = self._handles.get(session_id) or self._new_handle(session_id)
         handle._resumed(result)
+        return handle
+
+    def _new_handle(self, session_id: str) -> DuplexSessionHandle:
+        """A registered handle with the deployment's outbox bounds."""
+        runtime = self.runtime_config
+        handle = DuplexSessionHandle(
+            self,
+            session_id,
+            max_events=runtime.max_outbox_events_per_session,
+            max_bytes=runtime.max_outbox_bytes_per_session,
+        )
+        self._handles[session_id] = handle
         return handle
 
     async def detach_session(self, session_id: str) -> int:
@@ -442,23 +438,13 @@ class DuplexOmni(AsyncOmni):
 
     # ---- the output pump ----------------------------------------------------------------
 
-    async def _pump_outputs(self) -> None:
-        # As the base pump, but it lets the consumers run when an outbox fills up: a
-        # burst of engine output must not overflow a handle whose reader is keeping up.
-        outputs = self.engine.outputs
-        while True:
-            message = await outputs.get()
-            try:
-                handled = self._route_engine_message(message)
-            except Exception:
-                log.exception("routing %s failed", type(message).__name__)
-                continue
-            if not handled:
-                log.warning("engine message %s had no route", type(message).__name__)
-            if isinstance(message, SessionEventMessage):
-                handle = self._handles.get(message.session_id)
-                if handle is not None and handle.pending_events * 2 >= handle.max_events:
-                    await asyncio.sleep(0)
+    def _let_consumers_run(self, message: object) -> bool:
+        # A burst of engine output must not overflow a handle whose reader keeps up:
+        # once an outbox is half full, its reader gets to run.
+        if not isinstance(message, SessionEventMessage):
+            return False
+        handle = self._handles.get(message.session_id)
+        return handle is not None and handle.pending_events * 2 >= handle.max_events
 
     def _route_engine_message(self, message: object) -> bool:
         if isinstance(message, SessionEventMessage):

@@ -10,7 +10,7 @@ from .messages import StageOutput, StageRequestMessage, StopWorker, WorkerDied
 from .model import StageModel
 from .scheduler import StageInbox, StageScheduler, run_scheduler_loop
 from .spec import StageModelSpec
-from .worker import StageWorker, StageWorkerError, WorkerEventCallback
+from .worker import StageWorker, StageWorkerError, StartupGate, WorkerEventCallback
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,7 @@ class InProcessStageWorker(StageWorker):
         self._thread: threading.Thread | None = None
         self._model: StageModel | None = None
         self._scheduler: StageScheduler | None = None
-        self._started_up = threading.Event()
-        self._startup_error: str | None = None
+        self._startup = StartupGate()
         self._stopping = False
         self._dead = False
 
@@ -87,10 +86,7 @@ class InProcessStageWorker(StageWorker):
     def wait_ready(self, timeout: float | None = None) -> None:
         if self._thread is None:
             raise StageWorkerError(f"{self.name}: not started")
-        if not self._started_up.wait(timeout):
-            raise StageWorkerError(f"{self.name}: model not ready after {timeout} s")
-        if self._startup_error is not None:
-            raise StageWorkerError(f"{self.name}: {self._startup_error}")
+        self._startup.wait(self.name, timeout)
 
     def submit(self, message: StageRequestMessage) -> None:
         if self._dead or self._stopping:
@@ -114,16 +110,16 @@ class InProcessStageWorker(StageWorker):
         try:
             model = self.spec.build()
         except BaseException as exc:
-            self._startup_error = f"model construction failed: {type(exc).__name__}: {exc}"
-            log.exception("%s: %s", self.name, self._startup_error)
-            self._started_up.set()
-            self._die((), self._startup_error)
+            reason = f"model construction failed: {type(exc).__name__}: {exc}"
+            log.exception("%s: %s", self.name, reason)
+            self._startup.fail(reason)
+            self._die((), reason)
             return
         scheduler = StageScheduler(
             model, stage_index=self.stage_index, max_batch=self.max_batch, emit=self._emit
         )
         self._model, self._scheduler = model, scheduler
-        self._started_up.set()
+        self._startup.open()
         try:
             run_scheduler_loop(scheduler, self._inbox)
         except BaseException as exc:

@@ -37,7 +37,7 @@ from .messages import (
 )
 from .scheduler import StageInbox, StageScheduler, run_scheduler_loop
 from .spec import StageModelSpec
-from .worker import StageWorker, StageWorkerError, WorkerEventCallback
+from .worker import StageWorker, StageWorkerError, StartupGate, WorkerEventCallback
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +84,7 @@ class SubprocessStageWorker(StageWorker):
         self._lock = threading.Lock()
         # Insertion-ordered set of the requests the child holds, for WorkerDied.
         self._in_flight: dict[str, None] = {}
-        self._started_up = threading.Event()
-        self._startup_error: str | None = None
+        self._startup = StartupGate()
         self._exit_note: str | None = None
         self._stopping = False
         self._dead = False
@@ -123,10 +122,7 @@ class SubprocessStageWorker(StageWorker):
     def wait_ready(self, timeout: float | None = None) -> None:
         if self._process is None:
             raise StageWorkerError(f"{self.name}: not started")
-        if not self._started_up.wait(timeout):
-            raise StageWorkerError(f"{self.name}: model not ready after {timeout} s")
-        if self._startup_error is not None:
-            raise StageWorkerError(f"{self.name}: {self._startup_error}")
+        self._startup.wait(self.name, timeout)
 
     def submit(self, message: StageRequestMessage) -> None:
         if self._dead or self._stopping:
@@ -193,19 +189,17 @@ class SubprocessStageWorker(StageWorker):
         conn.close()
         self._dead = True
         if self._stopping:
-            self._started_up.set()
+            self._startup.open()
             return
         reason = self._exit_note or _describe_exit(process.pid, process.exitcode)
-        if not self._started_up.is_set() and self._exit_note is None:
+        if not self._startup.settled and self._exit_note is None:
             # It died before reaching our code: spawn's bootstrap (re-importing the
             # parent's main module) or an import failed; the child's stderr has it.
             reason += (
                 " before its model was ready (its stderr has any traceback; note that a"
                 " script starting an engine needs an `if __name__ == '__main__':` guard)"
             )
-        if not self._started_up.is_set():
-            self._startup_error = reason
-            self._started_up.set()
+        self._startup.fail(reason)
         with self._lock:
             in_flight = tuple(self._in_flight)
             self._in_flight.clear()
@@ -228,7 +222,7 @@ class SubprocessStageWorker(StageWorker):
                         self._in_flight.pop(output.request_id, None)
                 self._on_event(output)
         elif isinstance(message, _ChildReady):
-            self._started_up.set()
+            self._startup.open()
         elif isinstance(message, _ChildFailed):
             self._exit_note = message.reason
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
@@ -14,6 +15,33 @@ WorkerEventCallback = Callable[[WorkerEvent], None]
 
 class StageWorkerError(RuntimeError):
     """A stage worker could not start, or was used after it stopped."""
+
+
+class StartupGate:
+    """Whether a worker's model came up: settled once, with the reason if it never will."""
+
+    def __init__(self) -> None:
+        self._settled = threading.Event()
+        self.error: str | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self._settled.is_set()
+
+    def open(self) -> None:
+        self._settled.set()
+
+    def fail(self, reason: str) -> None:
+        if not self._settled.is_set():
+            self.error = reason
+            self._settled.set()
+
+    def wait(self, name: str, timeout: float | None) -> None:
+        """Block until settled; raise ``StageWorkerError`` if it failed or took too long."""
+        if not self._settled.wait(timeout):
+            raise StageWorkerError(f"{name}: model not ready after {timeout} s")
+        if self.error is not None:
+            raise StageWorkerError(f"{name}: {self.error}")
 
 
 class StageWorker(ABC):
