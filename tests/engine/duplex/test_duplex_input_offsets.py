@@ -110,3 +110,34 @@ async def test_server_vad_keeps_no_more_silence_than_a_turn_can_use() -> None:
     )
     # 24 kHz pcm16 out: 48 bytes per ms. Kept: <= 800 ms before speech + 600 + 500.
     assert 0 < reply_bytes / 48 < 2500
+
+
+async def test_a_turn_holds_at_most_max_input_turn_s_and_says_so() -> None:
+    # A client that streams without committing gets a typed error for what does not fit,
+    # and the turn it committed keeps exactly what was accepted.
+    async with DuplexOmni(deployment(max_input_turn_s=1.0)) as omni:
+        handle = await omni.open_session({})
+        reader = EventReader(handle)
+        fmt = {"type": "audio/pcm", "rate": 16000}
+        handle.submit(_append(sine_pcm16(600), fmt))
+        refused = command_from_realtime(
+            {
+                "type": "input_audio_buffer.append",
+                "event_id": "evt_too_much",
+                "audio": base64.b64encode(sine_pcm16(600)).decode(),
+                "format": fmt,
+            }
+        )
+        handle.submit(refused)
+        handle.submit(_append(sine_pcm16(300), fmt))  # still fits: 900 ms in all
+        handle.submit(command_from_realtime({"type": "input_audio_buffer.commit"}))
+        handle.submit(command_from_realtime({"type": "response.create"}))
+        events = await reader.until(lambda e: e.type == "response.done")
+        await asyncio.wait_for(handle.close(), TIMEOUT_S)
+    errors = [e for e in events if e.type == "error"]
+    assert [(e.code, e.client_event_id) for e in errors] == [
+        ("input_audio_buffer_full", "evt_too_much")
+    ]
+    stopped = next(e for e in events if e.type == "input_audio_buffer.speech_stopped")
+    assert stopped.audio_end_ms == 900
+    assert events[-1].response["status"] == "completed"

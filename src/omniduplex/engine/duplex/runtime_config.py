@@ -1,8 +1,9 @@
 """Deploy-level session limits (the ``duplex_session`` block of a deploy YAML).
 
 Clients never set these. ``max_sessions`` bounds admission; the byte and turn limits bound
-what one session may queue; the outbox limits bound what the server holds for a client
-that stops reading (DESIGN decision 13).
+what one session may queue; ``max_input_turn_s`` bounds the audio one uncommitted turn
+may hold (a client that streams without ever committing); the outbox limits bound what
+the server holds for a client that stops reading (DESIGN decision 13).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class DuplexSessionRuntimeConfig:
     resume_replay_max_bytes_per_session: int = 8 * 1024 * 1024
     max_pending_input_bytes_per_session: int = 16 * 1024 * 1024
     max_pending_turns_per_session: int = 4
+    max_input_turn_s: float = 900.0
     max_outbox_events_per_session: int = 2048
     max_outbox_bytes_per_session: int = 8 * 1024 * 1024
     max_idle_timeout_s: float = 3600.0

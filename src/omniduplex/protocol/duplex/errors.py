@@ -73,6 +73,7 @@ ERROR_CLASS_BY_CODE: Final = MappingProxyType(
         "text_only_turn_unsupported": _CLIENT,
         "native_text_append_unsupported": _CLIENT,
         "input_audio_buffer_empty": _CLIENT,
+        "input_audio_buffer_full": _CLIENT,
         "barge_in_unsupported": _CLIENT,
         "truncate_unsupported": _CLIENT,
         # items and playback

@@ -31,12 +31,14 @@ _VAD_LAG_MARGIN_MS = 500
 
 
 class InputFlow:
-    def __init__(self, runner: DuplexSessionRunner) -> None:
+    def __init__(self, runner: DuplexSessionRunner, *, max_turn_s: float | None = None) -> None:
         self.runner = runner
         self.session = runner.session
         self.out = runner.out
         rate = runner.plugin.input_sample_rate_hz
         self.rate_hz = rate
+        self._max_turn_s = max_turn_s
+        self._max_turn_samples = int(rate * max_turn_s) if max_turn_s else None
         self._converter = InputAudioConverter(rate)
         # Appends convert in pool threads one after another (the input tail orders them),
         # but a cancelled task's conversion may still be running: the lock keeps the
@@ -87,6 +89,15 @@ class InputFlow:
     def _accept(self, samples: np.ndarray, command: cmd.AppendAudio) -> None:
         session = self.session
         settings = session.settings
+        limit = self._max_turn_samples
+        if limit is not None and session.input.samples + samples.size > limit:
+            self.out.error(
+                "input_audio_buffer_full",
+                f"the input audio buffer holds at most {self._max_turn_s:g} s of audio;"
+                " commit or clear it before appending more",
+                event_id=command.event_id,
+            )
+            return
         try:
             session.lease.touch(self.runner.clock(), LeaseActivity.APPEND)
         except Exception:

@@ -148,6 +148,7 @@ class DuplexSessionManager:
                 offload=self._offload,
                 clock=self.clock,
                 on_runtime_close=lambda reason, sid=session_id: self._spawn_close(sid, reason),
+                max_input_turn_s=self.runtime.max_input_turn_s,
             )
             if session_id in self._abandoned:
                 raise asyncio.CancelledError

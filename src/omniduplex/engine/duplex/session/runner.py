@@ -72,6 +72,7 @@ class DuplexSessionRunner:
         offload: Callable[..., Awaitable[Any]],
         clock: Callable[[], float],
         on_runtime_close: Callable[[str], None],
+        max_input_turn_s: float | None = None,
     ) -> None:
         self.session = session
         self.plugin = plugin
@@ -88,7 +89,7 @@ class DuplexSessionRunner:
             session.settings, plugin.input_sample_rate_hz, plugin.create_speech_classifier
         )
         self.responses = ResponseFlow(self)
-        self.inputs = InputFlow(self)
+        self.inputs = InputFlow(self, max_turn_s=max_input_turn_s)
         self.live = LiveTranscription(self)
 
     # ---- lifecycle -------------------------------------------------------------
