@@ -114,9 +114,13 @@ class DuplexOmniEngine(AsyncOmniEngine):
         return await self.call(ResumeSessionMessage(session_id, expected_lease_generation))
 
     async def touch_session(
-        self, session_id: str, activity: LeaseActivity = LeaseActivity.HEARTBEAT
+        self,
+        session_id: str,
+        activity: LeaseActivity = LeaseActivity.HEARTBEAT,
+        *,
+        expected_lease_generation: int | None = None,
     ) -> int:
-        return await self.call(TouchSessionMessage(session_id, activity))
+        return await self.call(TouchSessionMessage(session_id, activity, expected_lease_generation))
 
     def submit_command(self, session_id: str, command: Any) -> None:
         """Queue one command for a session (one-way, ordered with every other message)."""

@@ -200,7 +200,11 @@ class DuplexOrchestrator(Orchestrator, DuplexStagePort):
         if isinstance(message, ResumeSessionMessage):
             return manager.resume(message.session_id, message.expected_lease_generation)
         if isinstance(message, TouchSessionMessage):
-            return manager.touch(message.session_id, LeaseActivity(message.activity))
+            return manager.touch(
+                message.session_id,
+                LeaseActivity(message.activity),
+                expected_generation=message.expected_lease_generation,
+            )
         return await super()._handle_rpc(message)
 
     # ---- lifecycle ---------------------------------------------------------------------

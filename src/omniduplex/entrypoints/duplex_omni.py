@@ -240,7 +240,7 @@ class DuplexSessionHandle:
         await self.omni.close_session(self.session_id, reason)
 
     async def detach(self) -> int:
-        return await self.omni.detach_session(self.session_id)
+        return await self.omni.detach_session(self.session_id, self.lease_generation)
 
     async def resume(self) -> Self:
         await self.omni.resume_session(self.session_id, self.lease_generation)
@@ -328,7 +328,7 @@ class DuplexSessionHandle:
             "detaching" if resumable else "closing",
         )
         if resumable:
-            self.omni._spawn(self.omni._detach_quietly(self.session_id))
+            self.omni._spawn(self.omni._detach_quietly(self.session_id, self.lease_generation))
         else:
             self.omni._spawn(self.omni._close_quietly(self.session_id, "outbox_overflow"))
 
@@ -411,9 +411,18 @@ class DuplexOmni(AsyncOmni):
         self._handles[session_id] = handle
         return handle
 
-    async def detach_session(self, session_id: str) -> int:
-        """The consumer went away: the engine keeps the session for its disconnect grace."""
-        generation = await self.engine.touch_session(session_id, LeaseActivity.DETACH)
+    async def detach_session(
+        self, session_id: str, expected_lease_generation: int | None = None
+    ) -> int:
+        """The consumer went away: the engine keeps the session for its disconnect grace.
+
+        ``expected_lease_generation`` names the lease given up; if a resume took a newer
+        one meanwhile, ``DuplexSessionError`` (``session_resume_conflict``) and nothing
+        changes.
+        """
+        generation = await self.engine.touch_session(
+            session_id, LeaseActivity.DETACH, expected_lease_generation=expected_lease_generation
+        )
         handle = self._handles.get(session_id)
         if handle is not None:
             handle._detached(generation)
@@ -423,9 +432,9 @@ class DuplexOmni(AsyncOmni):
         """Close a session; its ``session.closed`` is its handle's last event."""
         return await self.engine.close_session(session_id, reason)
 
-    async def _detach_quietly(self, session_id: str) -> None:
+    async def _detach_quietly(self, session_id: str, expected_lease_generation: int) -> None:
         with contextlib.suppress(EngineError, DuplexSessionError):
-            await self.detach_session(session_id)
+            await self.detach_session(session_id, expected_lease_generation)
 
     async def _close_quietly(self, session_id: str, reason: str) -> None:
         with contextlib.suppress(EngineError, DuplexSessionError):

@@ -116,6 +116,30 @@ async def test_detached_session_expires_after_its_disconnect_grace_unless_resume
         assert rest[-1].reason == "disconnect_grace_expired"
 
 
+async def test_a_late_detach_of_an_old_lease_cannot_put_a_resumed_session_in_grace():
+    # Connection A drops; before its handler gets to detach, connection B resumes. A's
+    # detach names the lease it held and is refused: B's session never starts a grace.
+    clock = ManualClock()
+    async with DuplexOmni(deployment("loopback-fast", disconnect_grace_s=10), clock=clock) as omni:
+        handle = await omni.open_session()
+        reader = EventReader(handle)
+        await reader.next()
+        held_by_a = handle.lease_generation
+        await omni.resume_session(handle.session_id, held_by_a)  # B takes lease + 1
+        with pytest.raises(DuplexSessionError) as stale:
+            await omni.detach_session(handle.session_id, held_by_a)
+        assert stale.value.code == "session_resume_conflict"
+        assert handle.attached and handle.lease_generation == held_by_a + 1
+
+        async def reap(orchestrator, now: float) -> int:
+            return await orchestrator.manager.reap_expired(now=now)
+
+        assert await omni.engine.call(lambda o: reap(o, clock.now + 11)) == 0
+        # The current lease's own detach still works, and its grace runs out as before.
+        await omni.detach_session(handle.session_id, held_by_a + 1)
+        assert await omni.engine.call(lambda o: reap(o, clock.now + 11)) == 1
+
+
 async def test_a_consumer_that_stops_reading_is_detached_and_memory_stays_bounded():
     # A 3 s turn yields about 90 events, a 0.5 s turn under 40: the first overflows an
     # unread outbox, the second fits even if the reader falls behind a burst.

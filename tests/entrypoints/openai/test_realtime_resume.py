@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 
 import pytest
 from server_harness import run_server, wire
@@ -174,3 +175,44 @@ async def test_expired_after_the_disconnect_grace() -> None:
             )
             error = await late.recv()
             assert error["error"]["code"] == "session_resume_expired"
+
+
+async def test_a_dropped_sockets_late_detach_cannot_expire_the_connection_that_resumed(
+    monkeypatch,
+) -> None:
+    # Socket A drops. While its handler is still closing it (held here), the client
+    # resumes on socket B. A's handler then detaches the lease *it* held; the engine
+    # refuses (B holds a newer one), so B's session never starts a disconnect grace.
+    from omniduplex.entrypoints.duplex.connection import RealtimeConnection
+
+    closing, release = threading.Event(), threading.Event()
+    real_abandon = RealtimeConnection.abandon
+
+    async def held_abandon(self, code: int = 1000, reason: str = "") -> None:
+        if reason == "detached":
+            closing.set()
+            await asyncio.to_thread(release.wait, 10)
+        await real_abandon(self, code, reason)
+
+    monkeypatch.setattr(RealtimeConnection, "abandon", held_abandon)
+    with run_server("loopback-fast", disconnect_grace_s=0.3, reaper_interval_s=0.05) as server:
+        ctx, _first, created = await _open(server.ws_url)
+        session_id, token = created["session"]["id"], created["resume_token"]
+        await ctx.__aexit__(None, None, None)
+        assert await asyncio.to_thread(closing.wait, 10)
+        async with wire(server.ws_url + "?resume=1") as second:
+            await second.send(
+                {
+                    "type": "session.resume",
+                    "session_id": session_id,
+                    "resume_token": token,
+                    "last_received_server_event_seq": created["server_event_seq"],
+                }
+            )
+            assert (await second.recv())["type"] == "session.resumed"
+            release.set()
+            # Well past the grace (and many reaper passes): B's session is alive.
+            await asyncio.sleep(1.0)
+            await second.send({"type": "session.heartbeat"})
+            answer = await second.until("session.heartbeat_ack")
+        assert "session.expired" not in [e["type"] for e in answer]

@@ -55,10 +55,13 @@ class ResumeSessionMessage:
 
 @dataclass(frozen=True, slots=True)
 class TouchSessionMessage:
-    """Lease activity (``DETACH`` starts the disconnect grace); answered with the generation."""
+    """Lease activity (``DETACH`` starts the disconnect grace); answered with the generation.
+
+    ``expected_lease_generation`` fences a ``DETACH``: only that lease is given up."""
 
     session_id: str
     activity: LeaseActivity = LeaseActivity.HEARTBEAT
+    expected_lease_generation: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

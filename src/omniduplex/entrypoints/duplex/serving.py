@@ -375,10 +375,13 @@ class OmniDuplexSessionHandler:
             and not state.ended.is_set()
             and self.registry.detach(session_id, conn)
         ):
+            # The lease this socket held, read before any await: a resume from another
+            # connection may take a newer one while this one is being closed.
+            lease = self.registry.lease_generation(session_id)
             await conn.abandon(1001, "detached")
             with contextlib.suppress(EngineError, DuplexSessionError):
                 if state.resumable:
-                    await self.omni.detach_session(session_id)
+                    await self.omni.detach_session(session_id, lease)
                 else:
                     await self.omni.close_session(session_id, "disconnect")
             return

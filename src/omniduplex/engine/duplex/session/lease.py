@@ -80,7 +80,12 @@ class DuplexLeaseState:
         self._require_live()
         self.last_activity = now
 
-    def detach(self, now: float) -> None:
+    def detach(self, now: float, *, expected_generation: int | None = None) -> None:
+        """Start the disconnect grace of lease ``expected_generation`` (if given): a
+        consumer that went away gives up its own lease, never a newer one that a resume
+        from another connection took meanwhile."""
+        if expected_generation is not None and expected_generation != self.generation:
+            raise LeaseGenerationMismatch(expected_generation, self.generation)
         self.touch(now, LeaseActivity.DETACH)
         self.detached_at = now
 

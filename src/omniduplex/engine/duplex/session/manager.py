@@ -248,10 +248,15 @@ class DuplexSessionManager:
             )
         return runner
 
-    def touch(self, session_id: str, activity: LeaseActivity) -> int:
+    def touch(
+        self, session_id: str, activity: LeaseActivity, *, expected_generation: int | None = None
+    ) -> int:
         runner = self._require(session_id)
         if activity is LeaseActivity.DETACH:
-            runner.session.lease.detach(self.clock())
+            try:
+                runner.session.lease.detach(self.clock(), expected_generation=expected_generation)
+            except LeaseGenerationMismatch as exc:
+                raise DuplexSessionError(str(exc), code="session_resume_conflict") from exc
         else:
             runner.session.lease.touch(self.clock(), activity)
         return runner.session.lease.generation
