@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import dataclasses
 import json
 import os
@@ -69,9 +68,8 @@ from omniduplex.model_executor.models.cascade.responder import ResponderStageMod
 from omniduplex.model_executor.models.cascade.synthetic import pcm16, say
 from omniduplex.model_executor.models.cascade.tts_stage import TtsStageModel
 from omniduplex.model_executor.models.cascade.vad import SileroClassifier
+from paced_session import CHUNK_MS, RATE, PacedSession
 
-RATE = 24_000
-CHUNK_MS = 32
 SENTENCES = [
     "What time is it?",
     "What day is it?",
@@ -209,48 +207,9 @@ def utterance(text: str, lead_ms: int = 300, tail_ms: int = 900) -> Utterance:
     return Utterance(text, audio, (lead.size + spoken.size) / RATE, lead.size / RATE)
 
 
-class Paced:
-    """Sends audio in real time: chunk k leaves at ``t0 + k * CHUNK_MS``."""
-
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-        self.events: list[tuple[float, dict[str, Any]]] = []
-        self._reader = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        async for raw in self.ws:
-            self.events.append((time.perf_counter(), orjson.loads(raw)))
-
-    async def send_audio(self, audio: np.ndarray) -> float:
-        data = pcm16(audio)
-        step = RATE * 2 * CHUNK_MS // 1000
-        t0 = time.perf_counter()
-        for k, i in enumerate(range(0, len(data), step)):
-            delay = t0 + k * CHUNK_MS / 1000 - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            chunk = base64.b64encode(data[i : i + step]).decode()
-            await self.ws.send(
-                orjson.dumps({"type": "input_audio_buffer.append", "audio": chunk}).decode()
-            )
-        return t0
-
-    async def wait_for(self, kind: str, after: int, timeout: float = 30.0) -> tuple[float, dict]:
-        deadline = time.perf_counter() + timeout
-        while time.perf_counter() < deadline:
-            for t, event in self.events[after:]:
-                if event["type"] == kind:
-                    return t, event
-            await asyncio.sleep(0.002)
-        raise TimeoutError(kind)
-
-    def first(self, kind: str, after: int) -> tuple[float, dict] | None:
-        return next(((t, e) for t, e in self.events[after:] if e["type"] == kind), None)
-
-
-async def open_session(url: str) -> tuple[Any, Paced]:
+async def open_session(url: str) -> tuple[Any, PacedSession]:
     ws = await connect(url, max_size=None)
-    paced = Paced(ws)
+    paced = PacedSession(ws)
     await paced.wait_for("session.created", 0)
     await ws.send(
         orjson.dumps({"type": "session.update", "session": {"turn_detection": SERVER_VAD}}).decode()
@@ -265,7 +224,7 @@ async def latency_run(url: str, utterances: list[Utterance]) -> list[dict[str, A
     try:
         for u in utterances:
             mark = len(paced.events)
-            t0 = await paced.send_audio(u.audio)
+            t0 = await paced.send_pcm(pcm16(u.audio))
             t_done, done = await paced.wait_for("response.done", mark)
             t_eos = t0 + u.speech_end_s
             t_stop = paced.first("input_audio_buffer.speech_stopped", mark)
@@ -307,11 +266,11 @@ async def barge_in_run(url: str, rounds: int) -> list[dict[str, float]]:
     try:
         for _ in range(rounds):
             mark = len(paced.events)
-            await paced.send_audio(utterance("Hello.", tail_ms=700).audio)
+            await paced.send_pcm(pcm16(utterance("Hello.", tail_ms=700).audio))
             await paced.wait_for("response.output_audio.delta", mark)
             await asyncio.sleep(0.3)  # the reply is mid-stream
             mark2 = len(paced.events)
-            t0 = await paced.send_audio(interrupt.audio[: RATE * 400 // 1000])
+            t0 = await paced.send_pcm(pcm16(interrupt.audio[: RATE * 400 // 1000]))
             t_done, done = await paced.wait_for("response.done", mark2)
             started = paced.first("input_audio_buffer.speech_started", mark2)
             rows.append(
@@ -323,7 +282,7 @@ async def barge_in_run(url: str, rounds: int) -> list[dict[str, float]]:
             )
             # Let the interrupting turn end and its own (slow) reply be cancelled.
             mark3 = len(paced.events)
-            await paced.send_audio(interrupt.audio[RATE * 400 // 1000 :])
+            await paced.send_pcm(pcm16(interrupt.audio[RATE * 400 // 1000 :]))
             await paced.wait_for("response.output_audio.delta", mark3)
             await ws.send(orjson.dumps({"type": "response.cancel"}).decode())
             await paced.wait_for("response.done", mark3)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import json
 import os
@@ -45,9 +44,8 @@ from websockets.asyncio.client import connect
 from omniduplex.config.pipeline import DEPLOY_DIR
 from omniduplex.model_executor.models.cascade.asr import normalise_sentence
 from omniduplex.model_executor.models.cascade.synthetic import pcm16, say
+from paced_session import RATE, PacedSession
 
-RATE = 24_000
-CHUNK_MS = 32
 SENTENCES = [
     "What time is it?",
     "What day is it?",
@@ -123,53 +121,13 @@ class Utterance:
         self.duration_s = len(self.pcm) / 2 / RATE
 
 
-class Session:
-    """One Realtime session: paced appends out, timestamped events in."""
-
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-        self.events: list[tuple[float, dict[str, Any]]] = []
-        self._reader = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        try:
-            async for raw in self.ws:
-                self.events.append((time.perf_counter(), orjson.loads(raw)))
-        except Exception:
-            pass
-
-    async def wait_for(self, kind: str, after: int, timeout_s: float = 30.0) -> float:
-        deadline = time.perf_counter() + timeout_s
-        while time.perf_counter() < deadline:
-            for t, event in self.events[after:]:
-                if event["type"] == kind:
-                    return t
-            await asyncio.sleep(0.005)
-        raise TimeoutError(kind)
-
-    def first(self, kind: str, after: int) -> tuple[float, dict[str, Any]] | None:
-        return next(((t, e) for t, e in self.events[after:] if e["type"] == kind), None)
-
-    async def send_audio(self, pcm: bytes) -> float:
-        step = RATE * 2 * CHUNK_MS // 1000
-        t0 = time.perf_counter()
-        for k, i in enumerate(range(0, len(pcm), step)):
-            delay = t0 + k * CHUNK_MS / 1000 - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            chunk = base64.b64encode(pcm[i : i + step]).decode()
-            message = {"type": "input_audio_buffer.append", "audio": chunk}
-            await self.ws.send(orjson.dumps(message).decode())
-        return t0
-
-
 async def conversation(
     url: str, utterances: list[Utterance], turns: int, offset: int, delay_s: float
 ) -> list[dict[str, Any]]:
     await asyncio.sleep(delay_s)
     rows: list[dict[str, Any]] = []
     async with connect(url, max_size=None) as ws:
-        session = Session(ws)
+        session = PacedSession(ws)
         await session.wait_for("session.created", 0)
         update = {"type": "session.update", "session": {"turn_detection": SERVER_VAD}}
         await ws.send(orjson.dumps(update).decode())
@@ -177,7 +135,7 @@ async def conversation(
         for k in range(turns):
             u = utterances[(offset + k) % len(utterances)]
             mark = len(session.events)
-            t0 = await session.send_audio(u.pcm)
+            t0 = await session.send_pcm(u.pcm)
             try:
                 await session.wait_for("response.done", mark)
             except TimeoutError:
