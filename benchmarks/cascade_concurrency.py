@@ -16,6 +16,10 @@ That includes server_vad's 500 ms ``silence_duration_ms`` (the turn-taking polic
 is *sustained* when its p95 stays within twice the 1-session p95 and no turn failed; the
 answer is the largest sustained level.
 
+The server's peak resident memory is read after every level (``/proc``, Linux): the
+decoder pool (``asr_pool_size``) and the session bounds keep it from growing with the
+number of conversations beyond a few MB each.
+
 Run: ``python benchmarks/cascade_concurrency.py [--levels 1,2,4,8,16,24,32,48,64] [--free-asr]``;
 prints a table and writes ``benchmarks/results/cascade_concurrency.json``.
 """
@@ -80,6 +84,17 @@ def write_deploy(folder: Path, free_asr: bool) -> Path:
     path = folder / "cascade-concurrency.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
+
+
+def server_memory_mb(pid: int) -> dict[str, float]:
+    """The server's resident memory now and at its peak so far (Linux /proc), in MB."""
+    fields = {}
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                fields[name] = round(int(value.split()[0]) / 1024, 1)
+    return {"rss_mb": fields.get("VmRSS", 0.0), "peak_rss_mb": fields.get("VmHWM", 0.0)}
 
 
 def start_server(path: Path, port: int, max_sessions: int) -> subprocess.Popen[bytes]:
@@ -205,17 +220,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         process = start_server(path, port, max(16, *levels))
         try:
             await wait_ready(url, process)
+            idle = server_memory_mb(process.pid)
             rows = []
             for sessions in levels:
                 # More turns for small levels, so each level has at least ~12 samples.
                 turns = max(args.min_turns, -(-args.samples // sessions))
                 row = await run_level(url, utterances, sessions, turns)
+                row["server_peak_rss_mb"] = server_memory_mb(process.pid)["peak_rss_mb"]
                 rows.append(row)
                 print(
                     f"{row['sessions']:>3} sessions  turns {row['turns']:>3}  "
                     f"failed {row['failed']}  misheard {row['misheard']}  "
                     f"p50 {row.get('p50_ms', '-')} ms  p95 {row.get('p95_ms', '-')} ms  "
-                    f"max {row.get('max_ms', '-')} ms  ({row['wall_s']} s)",
+                    f"max {row.get('max_ms', '-')} ms  peak RSS {row['server_peak_rss_mb']} MB"
+                    f"  ({row['wall_s']} s)",
                     flush=True,
                 )
                 base_p95 = rows[0].get("p95_ms")
@@ -247,6 +265,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "metric": "end of speech -> first reply audio (includes 500 ms server_vad silence)",
         "rule": "largest level whose p95 <= 2x the 1-session p95 with no failed turn",
         "sustained_sessions": sustained,
+        "server_idle_rss_mb": idle["rss_mb"],
         "asr": "en-US language model" if args.free_asr else "restricted to the sentences",
         "levels": rows,
         "machine": {
