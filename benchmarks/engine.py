@@ -160,7 +160,7 @@ class SessionDriver:
                     stats.cancels_missed += 1
             elif (
                 kind == "error"
-                and getattr(event, "code", "") == "response_not_active"
+                and getattr(event, "code", "") == "response_cancel_not_active"
                 and self.counting
             ):
                 stats.cancels_missed += 1

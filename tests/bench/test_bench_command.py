@@ -263,7 +263,7 @@ class RealtimeServerDouble:
                 task = active.get(event.get("response_id"))
                 if task is None:
                     await send({"type": "error", "error": {"type": "invalid_request_error",
-                                "code": "response_not_active", "message": "none"}})  # fmt: skip
+                                "code": "response_cancel_not_active", "message": "n"}})  # fmt: skip
                 else:
                     task.cancel()
 

@@ -438,13 +438,13 @@ async def test_wait_for_matches_types_classes_predicates_and_since(
 async def test_wait_for_raises_the_servers_error(client: ScriptedClient) -> None:
     waiting = asyncio.create_task(client.wait_for("response.done", TIMEOUT_S))
     await asyncio.sleep(0)
-    client.push(error("response_not_active", "evt_42"))
+    client.push(error("response_cancel_not_active", "evt_42"))
     with pytest.raises(DuplexProtocolError) as info:
         await waiting
-    assert info.value.code == "response_not_active"
+    assert info.value.code == "response_cancel_not_active"
     assert info.value.event_id == "evt_42"
     assert info.value.error_type == "invalid_request_error"
-    assert client.last_error is not None and client.last_error.code == "response_not_active"
+    assert client.last_error is not None and client.last_error.code == "response_cancel_not_active"
     # An error can be waited for, and ignored.
     mark = client.mark()
     client.push(error("bad_event"), transcript("resp_1", "x"))

@@ -159,7 +159,7 @@ async def test_refused_commands_are_answered_with_error_events() -> None:
         event_id = await client.cancel_response()
         error = await client.wait_for("error", TIMEOUT_S, since=mark)
         assert error.client_event_id == event_id
-        assert error.code == "response_not_active"
+        assert error.code == "response_cancel_not_active"
         assert client.last_error is not None and client.last_error.code == error.code
 
 

@@ -480,10 +480,12 @@ def test_reconnect_policy_backoff() -> None:
 
 
 def test_realtime_url() -> None:
-    assert realtime_url("http://h:8000") == "ws://h:8000/v1/realtime"
-    assert realtime_url("https://h/v1/realtime?x=1") == "wss://h/v1/realtime?x=1"
+    assert realtime_url("http://h:8000") == "ws://h:8000/v1/realtime?duplex=1"
+    assert realtime_url("https://h/v1/realtime?x=1") == "wss://h/v1/realtime?x=1&duplex=1"
     resumed = realtime_url("ws://h/v1/realtime?autostart=0", resume=True, dialect="beta")
-    assert resumed == "ws://h/v1/realtime?resume=1&dialect=beta"
+    assert resumed == "ws://h/v1/realtime?resume=1&dialect=beta&duplex=1"
+    assert realtime_url("ws://h/v1/realtime?duplex=0") == "ws://h/v1/realtime?duplex=0"
+    assert realtime_url("ws://h", extensions=False) == "ws://h/v1/realtime"
     with pytest.raises(ValueError):
         realtime_url("ftp://h")
 

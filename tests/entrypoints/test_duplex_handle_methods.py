@@ -71,7 +71,7 @@ async def test_each_convenience_method_is_answered() -> None:
         await _until(events, "output_audio_buffer.cleared")
         handle.cancel_response()
         error = await _until(events, "error")
-        assert error[-1].code == "response_not_active"
+        assert error[-1].code == "response_cancel_not_active"
         handle.signal_turn("user_started")
         turn = await _until(events, "turn.event")
         assert turn[-1].turn_state == "user_speaking"

@@ -319,3 +319,36 @@ async def test_a_stock_client_starts_with_server_vad(server) -> None:
     detection = created["session"]["audio"]["input"]["turn_detection"]
     assert detection["type"] == "server_vad"
     assert (detection["threshold"], detection["silence_duration_ms"]) == (0.5, 500)
+
+
+# ---- the model speaks first -------------------------------------------------------------
+
+
+async def test_a_bare_response_create_makes_the_assistant_speak_first(server) -> None:
+    async with wire(server.ws_url + "?model=cascade") as client:
+        assert (await client.recv())["type"] == "session.created"
+        await client.send({"type": "response.create"})
+        events = await client.until("response.done")
+        await client.send({"type": "response.create"})
+        again = await client.until("response.done")
+    assert "error" not in [e["type"] for e in events + again]
+    done = events[-1]["response"]
+    assert done["status"] == "completed"
+    assert done["output"][0]["content"][0]["transcript"] == "Hello! How can I help you?"
+    assert rms(reply_audio(events)) > 0.02
+    # asked again with nothing new from the user, it offers more help instead of greeting
+    transcript = again[-1]["response"]["output"][0]["content"][0]["transcript"]
+    assert transcript == "Is there anything else I can help you with?"
+
+
+async def test_speaking_first_with_an_llm_sends_only_the_instructions(llm_server) -> None:
+    server, backend = llm_server
+    async with wire(server.ws_url + "?model=cascade") as client:
+        assert (await client.recv())["type"] == "session.created"
+        instructions = "You are Ada. Greet the caller."
+        await client.send({"type": "session.update", "session": {"instructions": instructions}})
+        await client.until("session.updated")
+        await client.send({"type": "response.create"})
+        events = await client.until("response.done")
+    assert events[-1]["response"]["status"] == "completed"
+    assert backend.requests[-1]["body"]["messages"] == [{"role": "system", "content": instructions}]

@@ -33,7 +33,9 @@ def tone(seconds: float, amplitude: float = 0.3) -> np.ndarray:
     return (amplitude * np.sin(2 * np.pi * 300 * t)).astype(np.float32)
 
 
-def request(audio: np.ndarray, text: str = "", **options: object) -> ResponseRequest:
+def request(
+    audio: np.ndarray, text: str = "", session: dict | None = None, **options: object
+) -> ResponseRequest:
     return ResponseRequest(
         fence=DuplexFence("sess-1", epoch=0, turn_id=1),
         response_id="resp_1",
@@ -41,6 +43,7 @@ def request(audio: np.ndarray, text: str = "", **options: object) -> ResponseReq
         input_text=text,
         history=(),
         options=options,
+        session=session or {},
     )
 
 
@@ -108,13 +111,16 @@ def test_text_input_is_echoed() -> None:
 
 def test_text_only_session_gets_text_results() -> None:
     plugin = LoopbackDuplexPlugin()
-    state = plugin.create_session_state({"modalities": ["text"]})
-    results = run_response(plugin, request(tone(0.2), text="two words"), state)
+    config = {"modalities": ["text"]}
+    state = plugin.create_session_state(config)
+    results = run_response(plugin, request(tone(0.2), text="two words", session=config), state)
     assert results == [ModelText(delta="two "), ModelText(delta="words", end_of_turn=True)]
     # A response's own modalities win over the session's.
-    results = run_response(plugin, request(tone(0.2), modalities=["audio", "text"]), state)
+    both = request(tone(0.2), session=config, modalities=["audio", "text"])
+    results = run_response(plugin, both, state)
     assert all(isinstance(r, ModelAudio) for r in results)
-    results = run_response(plugin, request(tone(0.2), output_modalities=["audio"]), state)
+    audio = request(tone(0.2), session=config, output_modalities=["audio"])
+    results = run_response(plugin, audio, state)
     assert all(isinstance(r, ModelAudio) for r in results)
     assert state.responses_planned == 3
 
@@ -136,7 +142,6 @@ def test_session_state_and_config_validation() -> None:
     plugin = LoopbackDuplexPlugin()
     state = plugin.create_session_state({})
     assert isinstance(state, LoopbackSessionState)
-    assert state.modalities == ("text", "audio")
     state.reset_turn()
     assert state.turns_reset == 1
     plugin.validate_session_config({"modalities": ["audio", "text"]})

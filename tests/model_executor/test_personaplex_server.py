@@ -32,7 +32,7 @@ from websockets.asyncio.client import connect
 from omniduplex.clients.personaplex import create_duplex_session_config
 
 FRAME = 1920  # 80 ms at 24 kHz
-URL_QUERY = "?model=personaplex-tiny"
+URL_QUERY = "?model=personaplex-tiny&duplex=1"  # reads the listen/speak decisions
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,7 @@ heartbeat p50, else the ping p50);
 
 plus ``turns``, ``events``, ``responses`` (by status), ``cancel_methods``,
 ``cancels_too_late`` (cancels that crossed the reply's own end; the server's
-``response_not_active`` answer to them is not an error), ``errors`` and
+``response_cancel_not_active`` answer to them is not an error), ``errors`` and
 ``errors_by_code``, ``ratio_to_floor`` (p50/p95/p99 of each latency over ``floor_ms``) and
 ``ratio_to_echo`` (over the echo p50, with ``--floor-echo``);
 

@@ -48,8 +48,9 @@ def _headers(api_key: str | None, dialect: str) -> dict[str, str] | None:
 
 
 def plain_url(url: str, dialect: str) -> str:
-    """``url`` as a WebSocket URL (``realtime_url`` rules; beta adds ``dialect=beta``)."""
-    return realtime_url(url, dialect="beta" if dialect == "beta" else "ga")
+    """``url`` as a WebSocket URL as a stock client dials it (``realtime_url`` rules
+    without opting into our extensions; beta adds ``dialect=beta``)."""
+    return realtime_url(url, dialect="beta" if dialect == "beta" else "ga", extensions=False)
 
 
 async def probe_server(

@@ -22,7 +22,7 @@ _CREATED = "response.created"
 _ERROR = "error"
 _RESUMED = "connection.resumed"
 #: What a server answers to a cancel that arrived just after the response finished.
-_CANCEL_TOO_LATE = frozenset({"response_not_active", "response_cancel_not_active"})
+_CANCEL_TOO_LATE = frozenset({"response_cancel_not_active"})
 
 
 def get(event: Any, key: str) -> Any:

@@ -167,12 +167,16 @@ class _RetryableResume(Exception):
 # ---- URLs ---------------------------------------------------------------------------------
 
 
-def realtime_url(url: str, *, resume: bool = False, dialect: Dialect = "ga") -> str:
+def realtime_url(
+    url: str, *, resume: bool = False, dialect: Dialect = "ga", extensions: bool = True
+) -> str:
     """The WebSocket URL to dial: ``http(s)`` becomes ``ws(s)``, an empty path becomes
     ``/v1/realtime``, ``resume=1`` is added for a resume (dropping ``autostart``),
-    ``dialect=beta`` for beta. The caller's other query parameters are kept. (The model
-    goes into ``session.update``, not the query: ``?model=`` alone would autostart a
-    default session.)"""
+    ``dialect=beta`` for beta, ``duplex=1`` (our Tier 3 events: listen/speak decisions,
+    ``session.closed``, ...) unless ``extensions`` is false or the caller set ``duplex``.
+    The caller's other query parameters are kept. (The model goes into
+    ``session.update``, not the query: ``?model=`` alone would autostart a default
+    session.)"""
     parts = urllib.parse.urlsplit(url)
     scheme = {"http": "ws", "https": "wss", "": "ws"}.get(parts.scheme, parts.scheme)
     if scheme not in ("ws", "wss") or not parts.netloc:
@@ -184,6 +188,8 @@ def realtime_url(url: str, *, resume: bool = False, dialect: Dialect = "ga") -> 
         query.pop("autostart", None)
     if dialect == "beta":
         query.setdefault("dialect", "beta")
+    if extensions:
+        query.setdefault("duplex", "1")
     return urllib.parse.urlunsplit(
         (scheme, parts.netloc, path, urllib.parse.urlencode(query), parts.fragment)
     )

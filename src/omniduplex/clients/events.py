@@ -82,7 +82,7 @@ class DuplexClientError(Exception):
 class DuplexProtocolError(DuplexClientError):
     """The server answered with an ``error`` event.
 
-    ``code`` (e.g. ``response_not_active``), ``message``, ``param``, ``event_id`` (the
+    ``code`` (e.g. ``response_cancel_not_active``), ``message``, ``param``, ``event_id`` (the
     *client* event it answers, when the server could tell), ``error_type`` (the OpenAI
     class: ``invalid_request_error`` ...) and ``event`` (the typed error event).
     """

@@ -96,7 +96,7 @@ async def test_cancel_with_nothing_active_is_an_error():
         reader = EventReader(handle)
         handle.submit(command({"type": "response.cancel", "event_id": "evt_1"}))
         error = (await reader.until(is_type("error")))[-1]
-        assert error.code == "response_not_active"
+        assert error.code == "response_cancel_not_active"
 
 
 async def test_undelivered_audio_of_a_cancelled_response_is_dropped_from_the_outbox():
@@ -141,7 +141,7 @@ async def test_barge_in_while_an_append_is_in_flight_rolls_the_append_back():
         cleared = next(e for e in events if e.type == "input_audio_buffer.cleared")
         assert cleared.epoch == 1
         error = events[-1]
-        assert error.code == "input_audio_buffer_empty"
+        assert error.code == "input_audio_buffer_commit_empty"
         assert error.client_event_id == "evt_commit"
         assert "response.created" not in types
         assert "input_audio_buffer.committed" not in types

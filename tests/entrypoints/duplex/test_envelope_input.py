@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import orjson
 import pytest
 
 from omniduplex.entrypoints.duplex.realtime_input import (
     RealtimeEnvelope,
-    duplex_requested,
     encode_frame,
     select_dialect,
 )
 from omniduplex.entrypoints.duplex.session_attachment import DuplexSessionAttachmentRegistry
-from omniduplex.protocol.duplex import DuplexCommandError, RealtimeInputDefaults
+from omniduplex.protocol.duplex import DuplexCommandError, RealtimeInputDefaults, events
 from omniduplex.protocol.duplex.commands import (
     AckEvents,
     AppendAudio,
@@ -83,8 +83,36 @@ def test_errors_render_in_the_connection_dialect() -> None:
 @pytest.mark.parametrize(
     ("value", "duplex"), [(None, True), ("1", True), ("on", True), ("0", False), ("off", False)]
 )
-def test_duplex_routing_flag(value, duplex) -> None:
-    assert duplex_requested({} if value is None else {"duplex": value}) is duplex
+def test_duplex_flag_chooses_the_extensions(value, duplex) -> None:
+    query = {} if value is None else {"duplex": value}
+    assert RealtimeEnvelope.from_request(query, duplex_route=True).extensions is duplex
+    assert RealtimeEnvelope.from_request(query).extensions is (value is not None and duplex)
+
+
+def _tier3_event() -> Any:
+    return events.ResponseSpeak(response_id="resp_1", item_id="item_resp_1")
+
+
+def test_plain_connection_renders_no_tier3_event_types_until_it_opts_in() -> None:
+    envelope = RealtimeEnvelope.from_request({"model": "m"})
+    assert envelope.render(_tier3_event()) is None
+    assert envelope.render(events.InputAudioBufferCleared())["type"] == (
+        "input_audio_buffer.cleared"
+    )
+    envelope.decode(_frame(type="session.heartbeat"))  # one of our commands: it speaks them
+    assert envelope.render(_tier3_event())["type"] == "response.speak"
+
+
+def test_session_field_switches_the_extensions_both_ways() -> None:
+    envelope = RealtimeEnvelope.from_request({"duplex": "0"})
+    envelope.decode(_frame(type="session.heartbeat"))
+    assert not envelope.extensions  # ?duplex=0 is kept to ...
+    on = {"type": "session.update", "session": {"extra_body": {"duplex_extensions": True}}}
+    envelope.decode(_frame(**on))
+    assert envelope.render(_tier3_event()) is not None  # ... unless the session field says
+    on["session"]["extra_body"]["duplex_extensions"] = False
+    envelope.decode(_frame(**on))
+    assert envelope.render(_tier3_event()) is None
 
 
 # ---- handshake --------------------------------------------------------------------------
@@ -107,6 +135,7 @@ def test_model_query_autostarts_once() -> None:
     [
         {"model": "m", "autostart": "0"},
         {"model": "m", "autostart": "false"},
+        {"model": "m", "autostart": "0", "duplex": "1"},
         {"model": "m", "resume": "1"},
         {"model": "m", "resume": "yes"},
         {},
@@ -118,7 +147,18 @@ def test_no_autostart_without_model_or_on_resume_only(query) -> None:
     assert RealtimeEnvelope.from_request(query).initial_open() is None
 
 
-@pytest.mark.parametrize("query", [{"autostart": "0"}, {"resume": "1"}, {"resume": "on"}])
+def test_autostart_0_opens_with_a_first_session_update() -> None:
+    """The reference DuplexClient dials ``?duplex=1&model=M&autostart=0``, then configures."""
+    envelope = RealtimeEnvelope.from_request({"duplex": "1", "model": "m", "autostart": "0"})
+    assert not envelope.resume_only and envelope.initial_open() is None
+    session = {"model": "m", "sample_rate_hz": 16000}
+    message = envelope.first_message(_frame(type="session.update", session=session))
+    assert message.kind == "open" and message.session_payload == session
+
+
+@pytest.mark.parametrize(
+    "query", [{"resume": "1"}, {"resume": "on"}, {"resume": "1", "autostart": "0"}]
+)
 @pytest.mark.parametrize(
     "first",
     [

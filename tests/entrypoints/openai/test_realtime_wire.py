@@ -67,7 +67,7 @@ async def test_bad_input_gets_typed_errors_and_the_socket_keeps_working(server) 
         assert (error["error"]["code"], error["error"]["event_id"]) == ("bad_audio", "evt_2")
         await client.send({"type": "response.cancel", "event_id": "evt_3"})
         error = await client.until("error")
-        assert error[-1]["error"]["code"] == "response_not_active"
+        assert error[-1]["error"]["code"] == "response_cancel_not_active"
         # a flood of appends: backpressure, nothing accepted is lost, the socket lives on
         chunk = base64.b64encode(bytes(48_000)).decode()
         for i in range(20):
@@ -92,7 +92,7 @@ async def test_bad_input_gets_typed_errors_and_the_socket_keeps_working(server) 
 
 
 async def test_resume_only_connections_refuse_other_first_messages(server) -> None:
-    async with wire(server.ws_url + "?autostart=0") as client:
+    async with wire(server.ws_url + "?resume=1&autostart=0") as client:
         await client.send({"type": "input_audio_buffer.append", "audio": "AAAA", "event_id": "e1"})
         error = await client.recv()
         assert error["error"]["code"] == "session_required"
@@ -138,12 +138,21 @@ async def test_api_key_protects_http_and_websocket() -> None:
 
 async def test_shutdown_closes_every_session_with_reason_shutdown() -> None:
     with run_server("loopback-fast") as doomed:
-        async with wire(doomed.ws_url + "?model=loopback") as client:
+        async with (
+            wire(doomed.ws_url + "?model=loopback&duplex=1") as client,
+            wire(doomed.ws_url + "?model=loopback") as stock,
+        ):
             await client.recv()
+            await stock.recv()
             loop = doomed.app.state.loop  # the server's own event loop
             future = asyncio.run_coroutine_threadsafe(doomed.handler.shutdown(), loop)
             closed = await client.until("session.closed")
             assert closed[-1]["reason"] == "shutdown"
+            # A stock client gets no event type of ours, only the close with the reason.
+            with pytest.raises(ConnectionClosed) as ended:
+                while True:
+                    assert (await stock.recv())["type"] != "session.closed"
+            assert ended.value.rcvd is not None and ended.value.rcvd.reason == "shutdown"
             future.result(TIMEOUT_S)
 
 

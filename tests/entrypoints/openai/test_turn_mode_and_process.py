@@ -80,7 +80,7 @@ async def test_sigterm_closes_every_session_with_reason_shutdown() -> None:
         ],
     )
     try:
-        url = f"ws://127.0.0.1:{port}/v1/realtime?model=loopback"
+        url = f"ws://127.0.0.1:{port}/v1/realtime?model=loopback&duplex=1"
         for _ in range(300):
             try:
                 async with wire(url) as probe:

@@ -62,7 +62,7 @@ REFUSALS: list[tuple[str, dict[str, Any], str, Any]] = [
         {
             "type": "session.update",
             "session": {
-                "turn_detection": {"type": "semantic_vad"},
+                "turn_detection": {"type": "vad"},
                 "output_audio_format": "mp3",
                 "input_audio_format": "opus",
             },
@@ -74,34 +74,25 @@ REFUSALS: list[tuple[str, dict[str, Any], str, Any]] = [
         "output before turn detection",
         {
             "type": "session.update",
-            "session": {"turn_detection": {"type": "semantic_vad"}, "output_audio_format": "mp3"},
+            "session": {"turn_detection": {"type": "vad"}, "output_audio_format": "mp3"},
         },
         "unsupported_audio_format",
         "output_audio_format",
     ),
     (
-        "semantic_vad",
-        {"type": "session.update", "session": {"turn_detection": {"type": "semantic_vad"}}},
+        "unknown turn detection type",
+        {"type": "session.update", "session": {"turn_detection": {"type": "vad"}}},
         "unsupported_turn_detection",
         "turn_detection",
     ),
     (
-        "nested semantic_vad",
+        "nested unknown turn detection type",
         {
             "type": "session.update",
-            "session": {"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}},
+            "session": {"audio": {"input": {"turn_detection": {"type": "vad"}}}},
         },
         "unsupported_turn_detection",
-        "turn_detection",
-    ),
-    (
-        "overlap policy contradicts server_vad",
-        {
-            "type": "session.update",
-            "session": {"turn_detection": {"type": "server_vad"}, "overlap_policy": "listen_only"},
-        },
-        "unsupported_turn_detection",
-        "turn_detection",
+        "audio.input.turn_detection",
     ),
     ("session not an object", {"type": "session.update", "session": "x"}, "bad_event", "session"),
     ("session null", {"type": "session.update", "session": None}, "bad_event", "session"),
@@ -421,7 +412,7 @@ REFUSALS: list[tuple[str, dict[str, Any], str, Any]] = [
         {
             "type": "turn.signal",
             "event": "session.update",
-            "payload": {"turn_detection": {"type": "semantic_vad"}},
+            "payload": {"turn_detection": {"type": "vad"}},
         },
         "unsupported_turn_detection",
         "turn_detection",

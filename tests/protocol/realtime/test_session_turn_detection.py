@@ -1,4 +1,4 @@
-"""``turn_detection`` validation and normalisation (wire.md 5.6): server_vad or null."""
+"""``turn_detection`` validation and normalisation: server_vad, semantic_vad or null."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from omniduplex.protocol.realtime.session import (
     turn_detection_of,
     validate_turn_detection,
 )
+from omniduplex.protocol.realtime.turn_detection import SEMANTIC_VAD_DEFAULTS
 
 DEFAULTS = dict(TURN_DETECTION_DEFAULTS)
+SEMANTIC = dict(SEMANTIC_VAD_DEFAULTS)
 
 ACCEPTED: list[tuple[str, Any, dict[str, Any] | None]] = [
     ("null turns detection off", None, None),
@@ -48,29 +50,115 @@ ACCEPTED: list[tuple[str, Any, dict[str, Any] | None]] = [
     ("interrupt_response true", {"type": "server_vad", "interrupt_response": True}, DEFAULTS),
     ("OpenAI idle timeout left unset", {"type": "server_vad", "idle_timeout_ms": None}, DEFAULTS),
     ("null values mean defaults", {"type": "server_vad", "threshold": None}, DEFAULTS),
+    ("bare semantic_vad: eagerness auto", {"type": "semantic_vad"}, SEMANTIC),
+    *[
+        (
+            f"semantic_vad eagerness {e}",
+            {"type": "semantic_vad", "eagerness": e},
+            {
+                **SEMANTIC,
+                "eagerness": e,
+            },
+        )
+        for e in ("low", "medium", "high", "auto")
+    ],
+    (
+        "semantic_vad as openai-agents sends it",
+        {"type": "semantic_vad", "interrupt_response": True},
+        SEMANTIC,
+    ),
+    (
+        "semantic_vad with every key (pipecat, livekit)",
+        {
+            "type": "semantic_vad",
+            "eagerness": "high",
+            "create_response": False,
+            "interrupt_response": True,
+        },
+        {**SEMANTIC, "eagerness": "high", "create_response": False},
+    ),
+    (
+        "semantic_vad nulls mean defaults",
+        {"type": "semantic_vad", "eagerness": None, "create_response": None},
+        SEMANTIC,
+    ),
+    (
+        "semantic_vad keeps VAD tuning",
+        {"type": "semantic_vad", "threshold": 0.6, "prefix_padding_ms": 200},
+        {**SEMANTIC, "threshold": 0.6, "prefix_padding_ms": 200},
+    ),
 ]
 
-REFUSED: list[tuple[str, Any]] = [
-    ("semantic_vad", {"type": "semantic_vad", "eagerness": "auto"}),
-    ("no type", {"threshold": 0.5}),
-    ("type not a string", {"type": ["server_vad"]}),
-    ("not an object", "server_vad"),
-    ("list", [{"type": "server_vad"}]),
-    ("false", False),
-    ("unknown key", {"type": "server_vad", "eagerness": "low"}),
-    ("threshold too low", {"type": "server_vad", "threshold": 0.15}),
-    ("threshold zero", {"type": "server_vad", "threshold": 0}),
-    ("threshold above one", {"type": "server_vad", "threshold": 1.01}),
-    ("threshold bool", {"type": "server_vad", "threshold": True}),
-    ("threshold text", {"type": "server_vad", "threshold": "0.5"}),
-    ("threshold nan", {"type": "server_vad", "threshold": float("nan")}),
-    ("negative silence", {"type": "server_vad", "silence_duration_ms": -1}),
-    ("infinite padding", {"type": "server_vad", "prefix_padding_ms": float("inf")}),
-    ("min speech text", {"type": "server_vad", "min_speech_duration_ms": "96"}),
-    ("create_response not bool", {"type": "server_vad", "create_response": 1}),
-    ("interrupt_response false", {"type": "server_vad", "interrupt_response": False}),
-    ("interrupt_response not bool", {"type": "server_vad", "interrupt_response": "yes"}),
-    ("idle timeout set", {"type": "server_vad", "idle_timeout_ms": 5000}),
+# (label, raw, param): the whole object when it is unusable, else the one key.
+REFUSED: list[tuple[str, Any, str]] = [
+    ("unknown type", {"type": "vad"}, "turn_detection"),
+    ("no type", {"threshold": 0.5}, "turn_detection"),
+    ("type not a string", {"type": ["server_vad"]}, "turn_detection"),
+    ("not an object", "server_vad", "turn_detection"),
+    ("list", [{"type": "server_vad"}], "turn_detection"),
+    ("false", False, "turn_detection"),
+    ("unknown key", {"type": "server_vad", "eagerness": "low"}, "turn_detection.eagerness"),
+    ("bad eagerness", {"type": "semantic_vad", "eagerness": "eager"}, "turn_detection.eagerness"),
+    (
+        "silence under semantic_vad",
+        {"type": "semantic_vad", "silence_duration_ms": 500},
+        "turn_detection.silence_duration_ms",
+    ),
+    (
+        "semantic_vad interrupt_response false",
+        {"type": "semantic_vad", "interrupt_response": False},
+        "turn_detection.interrupt_response",
+    ),
+    (
+        "semantic_vad idle timeout",
+        {"type": "semantic_vad", "idle_timeout_ms": 1000},
+        "turn_detection.idle_timeout_ms",
+    ),
+    ("threshold too low", {"type": "server_vad", "threshold": 0.15}, "turn_detection.threshold"),
+    ("threshold zero", {"type": "server_vad", "threshold": 0}, "turn_detection.threshold"),
+    ("threshold above one", {"type": "server_vad", "threshold": 1.01}, "turn_detection.threshold"),
+    ("threshold bool", {"type": "server_vad", "threshold": True}, "turn_detection.threshold"),
+    ("threshold text", {"type": "server_vad", "threshold": "0.5"}, "turn_detection.threshold"),
+    (
+        "threshold nan",
+        {"type": "server_vad", "threshold": float("nan")},
+        "turn_detection.threshold",
+    ),
+    (
+        "negative silence",
+        {"type": "server_vad", "silence_duration_ms": -1},
+        "turn_detection.silence_duration_ms",
+    ),
+    (
+        "infinite padding",
+        {"type": "server_vad", "prefix_padding_ms": float("inf")},
+        "turn_detection.prefix_padding_ms",
+    ),
+    (
+        "min speech text",
+        {"type": "server_vad", "min_speech_duration_ms": "96"},
+        "turn_detection.min_speech_duration_ms",
+    ),
+    (
+        "create_response not bool",
+        {"type": "server_vad", "create_response": 1},
+        "turn_detection.create_response",
+    ),
+    (
+        "interrupt_response false",
+        {"type": "server_vad", "interrupt_response": False},
+        "turn_detection.interrupt_response",
+    ),
+    (
+        "interrupt_response not bool",
+        {"type": "server_vad", "interrupt_response": "yes"},
+        "turn_detection.interrupt_response",
+    ),
+    (
+        "idle timeout set",
+        {"type": "server_vad", "idle_timeout_ms": 5000},
+        "turn_detection.idle_timeout_ms",
+    ),
 ]
 
 
@@ -79,12 +167,12 @@ def test_accepted_and_normalised(label: str, raw: Any, expected: dict[str, Any] 
     assert validate_turn_detection(raw) == expected
 
 
-@pytest.mark.parametrize(("label", "raw"), REFUSED, ids=[r[0] for r in REFUSED])
-def test_refused_with_code_and_param(label: str, raw: Any) -> None:
+@pytest.mark.parametrize(("label", "raw", "param"), REFUSED, ids=[r[0] for r in REFUSED])
+def test_refused_with_code_and_param(label: str, raw: Any, param: str) -> None:
     with pytest.raises(RealtimeProtocolError) as caught:
         validate_turn_detection(raw)
     assert caught.value.code == "unsupported_turn_detection"
-    assert caught.value.param == "turn_detection"
+    assert caught.value.param == param
 
 
 def test_normalisation_is_idempotent_and_does_not_alias_its_input() -> None:
@@ -99,8 +187,11 @@ def test_normalisation_is_idempotent_and_does_not_alias_its_input() -> None:
 
 def test_message_names_the_location() -> None:
     with pytest.raises(RealtimeProtocolError) as caught:
-        validate_turn_detection({"type": "semantic_vad"}, field="audio.input.turn_detection")
-    assert "audio.input.turn_detection.type must be 'server_vad'" in caught.value.message
+        validate_turn_detection({"type": "vad"}, field="audio.input.turn_detection")
+    assert "audio.input.turn_detection.type must be 'server_vad' or 'semantic_vad'" in (
+        caught.value.message
+    )
+    assert caught.value.param == "audio.input.turn_detection"
 
 
 def test_location_nested_wins_and_null_is_present() -> None:

@@ -31,10 +31,14 @@ class DuplexCapabilities:
     supports_text_only_turn: bool = False
     supports_text_input: bool = False
     supports_chat_completions: bool = False
+    # The model reports what the user said (``conversation.item.input_audio_transcription``).
+    supports_input_transcription: bool = False
     supports_response_instructions: bool = False
     supports_response_temperature: bool = False
     supports_response_max_output_tokens: bool = False
     supports_response_voice: bool = False
+    # ``semantic_vad`` is served by a turn-completion model (else mapped onto server VAD).
+    supports_semantic_vad: bool = False
     required_input_modalities: frozenset[str] = frozenset({"audio"})
     optional_input_modalities: frozenset[str] = frozenset()
     session_admission_mode: str = "engine_managed"

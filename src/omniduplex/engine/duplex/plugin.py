@@ -17,7 +17,7 @@ import numpy as np
 
 from .capabilities import DuplexCapabilities
 from .contracts import DuplexFence
-from .vad import SpeechClassifier
+from .vad import SpeechClassifier, TurnCompletionModel
 
 
 class DuplexRuntimeConfigError(ValueError):
@@ -110,9 +110,16 @@ class ResponseRequest:
     input_text: str
     history: Sequence[Mapping[str, Any]]
     options: Mapping[str, Any] = field(default_factory=dict)
+    # The session's settings in force (``SessionSettings.as_model_config``): a
+    # ``session.update`` after the session opened reaches the next response through here.
+    session: Mapping[str, Any] = field(default_factory=dict)
     # The turn's audio already reached stage 0 through its utterance request (which this
     # response's data finishes); ``input_audio`` is empty then.
     input_streamed: bool = False
+    # Nothing new to answer (``response.create`` with no committed turn or user text): the
+    # model speaks first, or again, under the session's instructions. A plugin with nothing
+    # to say completes the response empty.
+    opening: bool = False
 
 
 class DuplexDataPlane(ABC):
@@ -172,6 +179,12 @@ class DuplexModelPlugin(ABC):
 
     def create_speech_classifier(self) -> SpeechClassifier | None:
         """A per-session speech classifier for server VAD (``None``: the energy default)."""
+        return None
+
+    def turn_completion_model(self) -> TurnCompletionModel | None:
+        """The model that decides ``semantic_vad`` turns (shared by sessions), or ``None``:
+        then ``semantic_vad`` is served as server VAD (``session/turn_detection.py`` has
+        the rule). A plugin that returns one declares ``supports_semantic_vad``."""
         return None
 
     def plan_input_unit(

@@ -14,12 +14,14 @@ from ...protocol.duplex import (
     RealtimeProtocolError,
     build_session_object,
     check_overlap_policy,
+    next_input_defaults,
     overlap_policy_for,
     parse_input_format,
     parse_output_format,
     turn_detection_of,
     validate_turn_detection,
 )
+from .session.turn_detection import served_turn_detection
 
 if TYPE_CHECKING:
     from .session.state import DuplexEngineSession
@@ -46,15 +48,25 @@ def _number(raw: Any, param: str, *, minimum: float = 0.0) -> float:
     return float(raw)
 
 
-def _formats(payload: Mapping[str, Any]) -> tuple[AudioFormat | None, AudioFormat | None]:
+def _formats(
+    payload: Mapping[str, Any], current_in: AudioFormat, current_out: AudioFormat
+) -> tuple[AudioFormat, AudioFormat]:
+    """The input and output formats after ``payload``, rates included however the client
+    stated them (``sample_rate_hz`` beside the format, ``audio.input.sample_rate_hz``, the
+    GA format object's ``rate``): the codec's one negotiation rule, after a strict check
+    that refuses a format it cannot read instead of keeping the old one."""
     audio = payload.get("audio") if isinstance(payload.get("audio"), Mapping) else {}
     audio_in = audio.get("input") if isinstance(audio.get("input"), Mapping) else {}
     audio_out = audio.get("output") if isinstance(audio.get("output"), Mapping) else {}
     raw_in = payload.get("input_audio_format", audio_in.get("format"))
     raw_out = payload.get("output_audio_format", audio_out.get("format"))
-    fmt_in = None if raw_in is None else parse_input_format(raw_in)
-    fmt_out = None if raw_out is None else parse_output_format(raw_out)
-    return fmt_in, fmt_out
+    if raw_in is not None:
+        parse_input_format(raw_in)
+    if raw_out is not None:
+        parse_output_format(raw_out)
+    current = RealtimeInputDefaults(input_format=current_in, output_format=current_out)
+    negotiated = next_input_defaults(current, payload)
+    return negotiated.input_format, negotiated.output_format
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,18 +119,15 @@ class SessionSettings:
         payload = patch.get("session") if isinstance(patch.get("session"), Mapping) else patch
         changes: dict[str, Any] = {}
         model = payload.get("model")
-        if isinstance(model, str) and model and model != self.model:
-            if not opening:
-                raise RealtimeProtocolError(
-                    "the model of a session cannot change",
-                    "model_update_unsupported",
-                    param="model",
-                )
+        # The model is chosen when the session opens. A later update naming another one
+        # keeps it, and session.updated says which model answers: stock clients (the
+        # Agents SDK) repeat their default model name in every update.
+        if opening and isinstance(model, str) and model and model != self.model:
             changes["model"] = model
-        fmt_in, fmt_out = _formats(payload)
-        if fmt_in is not None:
+        fmt_in, fmt_out = _formats(payload, self.input_format, self.output_format)
+        if fmt_in != self.input_format:
             changes["input_format"] = fmt_in
-        if fmt_out is not None:
+        if fmt_out != self.output_format:
             changes["output_format"] = fmt_out
         modalities = payload.get("output_modalities", payload.get("modalities"))
         if isinstance(modalities, list) and all(isinstance(m, str) for m in modalities):
@@ -145,10 +154,10 @@ class SessionSettings:
             changes["max_output_tokens"] = (
                 None if tokens == "inf" else int(_number(tokens, "max_output_tokens", minimum=1))
             )
-        present, raw_td, _where = turn_detection_of(payload)
+        present, raw_td, where = turn_detection_of(payload)
         if present:
             check_overlap_policy(payload, raw_td, present=True)
-            td = validate_turn_detection(raw_td)
+            td = validate_turn_detection(raw_td, field=where)
             changes["turn_detection"] = td
             changes["overlap_policy"] = overlap_policy_for(td)
         extra = payload.get("extra_body")
@@ -200,6 +209,9 @@ class SessionSettings:
         for key in _ECHOED:
             if key in payload:
                 echoed[key] = copy.deepcopy(payload[key])
+        audio_in = audio.get("input") if isinstance(audio.get("input"), Mapping) else {}
+        if "transcription" in audio_in:  # the GA spelling of input_audio_transcription
+            echoed["input_audio_transcription"] = copy.deepcopy(audio_in["transcription"])
         changes["echoed"] = echoed
         return replace(self, **changes)
 
@@ -251,8 +263,19 @@ class SessionSettings:
             voice=self.voice,
             temperature=self.temperature,
             max_output_tokens=self.max_output_tokens,
-            turn_detection=self.turn_detection,
+            # semantic_vad on a plugin without a turn model says how it is served instead.
+            turn_detection=served_turn_detection(
+                self.turn_detection,
+                semantic_supported=session.capabilities.supports_semantic_vad,
+            ),
             ref_audio=self.ref_audio,
             state=state,
-            client=self.echoed,
+            client=self._client_view(session.capabilities.supports_input_transcription),
         )
+
+    def _client_view(self, transcribes: bool) -> dict[str, Any]:
+        """The client's echoed keys, with the input transcription as it is in force: the
+        client's choice where the model transcribes, else none."""
+        if transcribes or self.echoed.get("input_audio_transcription") is None:
+            return self.echoed
+        return {**self.echoed, "input_audio_transcription": None}

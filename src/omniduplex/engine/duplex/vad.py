@@ -1,7 +1,9 @@
-"""Frame-level speech classification for server-side turn detection.
+"""Speech classification for server-side turn detection: frames, and whole turns.
 
-A plugin may supply its own classifier (a neural VAD such as Silero); the default is a
-loudness detector, enough for synthetic test audio.
+A plugin may supply its own frame classifier (a neural VAD such as Silero); the default is
+a loudness detector, enough for synthetic test audio. For ``semantic_vad`` a plugin may
+also supply a turn-completion model, which judges from a turn's audio whether the user
+sounds finished; a plugin without one gets ``semantic_vad`` mapped onto server VAD.
 """
 
 from __future__ import annotations
@@ -33,3 +35,18 @@ class EnergyClassifier(SpeechClassifier):
             return 0.0
         level = float(np.sqrt(np.mean(np.square(frame, dtype=np.float64))))
         return min(1.0, level / self.FULL_SCALE_RMS)
+
+
+class TurnCompletionModel(ABC):
+    """Probability that a user's turn is complete, from the audio of the turn so far.
+
+    Called once per candidate end of speech (not per frame) with the turn's audio, at
+    most ``max_audio_ms`` of it (the most recent part), at ``rate_hz``. Implementations
+    are stateless and may be shared by sessions and called from several threads.
+    """
+
+    name: str = ""
+    max_audio_ms: int = 8000
+
+    @abstractmethod
+    def completion_probability(self, audio: np.ndarray, rate_hz: int) -> float: ...

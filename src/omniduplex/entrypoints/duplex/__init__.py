@@ -18,7 +18,7 @@ from .journal import (
     JournalGap,
     ReplayJournal,
 )
-from .realtime_input import FirstMessage, RealtimeEnvelope, duplex_requested, encode_frame
+from .realtime_input import FirstMessage, RealtimeEnvelope, encode_frame
 from .session_attachment import (
     DuplexSessionAttachmentRegistry,
     InvalidResumeToken,
@@ -48,6 +48,5 @@ __all__ = [
     "SessionResumeConflict",
     "SessionResumeExpired",
     "UnsupportedSessionResume",
-    "duplex_requested",
     "encode_frame",
 ]

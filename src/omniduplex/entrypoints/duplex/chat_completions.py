@@ -694,6 +694,7 @@ class DuplexChatCompletionsAdapter:
                 input_text=turn.input_text,
                 history=turn.history,
                 options=turn.options,
+                session=config,
             )
             inputs = plugin.plan_response(state, request)
         except DuplexRuntimeConfigError as exc:

@@ -11,8 +11,17 @@ Query parameters and headers:
   realtime=v1`` header, or the browser subprotocol ``openai-beta.realtime-v1``. An explicit
   ``?dialect=ga|beta`` wins over the header.
 * ``model``: the default session's model.
-* ``autostart`` (``0|false|no|off``) and ``resume`` (``1|true|yes|on``): resume-only.
-* ``duplex``: routing only (``duplex_requested``); the envelope just records it.
+* ``autostart`` (``0|false|no|off``): open nothing before the first message (which may be
+  ``session.update`` or ``session.resume``). ``resume`` (``1|true|yes|on``): resume-only.
+* ``duplex`` (decision 1): whether the connection receives our Tier 3 event *types*
+  (``response.speak``, ``session.resumed``, ``turn.event``, ...). Absent, a connection
+  speaks OpenAI's vocabulary only until it opts in: ``?duplex=1``, the ``/v1/duplex``
+  route, ``extra_body.duplex_extensions: true`` in a ``session.update``, or sending any
+  Tier 3 command (``session.resume``, ``session.heartbeat``, ``playback.ack``, ...: such a
+  client speaks the extensions). ``?duplex=0`` says no and is kept to, except that
+  ``extra_body.duplex_extensions`` can still change it. Extension *fields* on OpenAI's
+  events (``server_event_seq``, ``resume_token``, ...) go to every connection: OpenAI's
+  SDK models tolerate them.
 
 A flag or dialect with any other value is refused (``bad_event``, ``param`` = the query
 parameter), rather than silently read as its default; an empty value counts as absent.
@@ -25,8 +34,8 @@ Handshake (decisions 9 and 17):
 2. Otherwise ``first_message(frame)`` classifies the first frame: ``session.resume`` ->
    resume; ``session.update`` -> open with its session object; anything else -> open the
    default session, then handle the decoded command. On a resume-only connection
-   (``?resume=1`` / ``?autostart=0``) every first message but ``session.resume`` is
-   refused with ``session_required``. A refused first message changes nothing: the route
+   (``?resume=1``) every first message but ``session.resume`` is refused with
+   ``session_required``. A refused first message changes nothing: the route
    answers the error and may keep reading until ``CONFIG_TIMEOUT_S``.
 3. ``bind_session(session_id, sequencer)`` once the session is open or resumed. From then
    on ``decode(frame)`` handles every frame; ``session.resume`` is refused there with
@@ -62,6 +71,7 @@ from omniduplex.protocol.duplex import (
     RealtimeEvent,
     RealtimeInputDefaults,
     command_from_realtime,
+    events,
     next_input_defaults,
     parse_client_frame,
 )
@@ -80,6 +90,18 @@ FALSE_VALUES: Final = frozenset({"0", "false", "no", "off"})
 BETA_HEADER: Final = "openai-beta"
 BETA_HEADER_TOKEN: Final = "realtime=v1"
 BETA_SUBPROTOCOL: Final = "openai-beta.realtime-v1"
+#: The ``session.update`` field (under ``extra_body``) that turns the extensions on or off.
+EXTENSIONS_FIELD: Final = "duplex_extensions"
+
+_SESSION_OBJECT_EVENTS: Final = (
+    events.SessionCreated,
+    events.SessionUpdated,
+    events.SessionResumed,
+)
+_SPEECH_EVENTS: Final = (
+    events.InputAudioBufferSpeechStarted,
+    events.InputAudioBufferSpeechStopped,
+)
 
 Sequencer = Callable[[dict[str, Any]], bytes]
 FirstKind = Literal["resume", "open", "open_default"]
@@ -106,11 +128,6 @@ def query_flag(query: Mapping[str, Any], name: str) -> bool | None:
     if value in FALSE_VALUES:
         return False
     raise _query_error(name, f"query parameter {name} must be one of 1/0, true/false, on/off")
-
-
-def duplex_requested(query: Mapping[str, Any]) -> bool:
-    """Whether ``?duplex`` leaves the connection on the duplex path (absent: yes)."""
-    return query_flag(query, "duplex") is not False
 
 
 def _header(headers: Mapping[str, Any] | Iterable[tuple[Any, Any]], name: str) -> list[str]:
@@ -168,13 +185,18 @@ class RealtimeEnvelope:
 
     dialect: Dialect = "ga"
     default_model: str | None = None
+    autostart: bool = True
     resume_only: bool = False
+    # ``?duplex`` as given (None: absent); ``extensions`` is what is in force now.
     duplex: bool | None = None
+    extensions: bool = False
     defaults: RealtimeInputDefaults = field(default_factory=RealtimeInputDefaults)
     max_event_bytes: int = MAX_EVENT_BYTES
     session_id: str | None = None
     sequencer: Sequencer | None = field(default=None, repr=False)
     _autostart_done: bool = field(default=False, repr=False)
+    # The session's turn detection as its last session object said (created/updated).
+    _server_detects_turns: bool = field(default=False, repr=False)
 
     @classmethod
     def from_request(
@@ -184,19 +206,22 @@ class RealtimeEnvelope:
         subprotocols: Iterable[str] = (),
         *,
         max_event_bytes: int = MAX_EVENT_BYTES,
+        duplex_route: bool = False,
     ) -> RealtimeEnvelope:
         """Read query parameters and headers; raises ``DuplexCommandError`` (``bad_event``)
         for a malformed flag or dialect. Render that error with ``error_frame_for`` on a
-        GA envelope (the dialect is what failed)."""
+        GA envelope (the dialect is what failed). ``duplex_route``: the connection came in
+        on ``/v1/duplex``, which speaks the extensions unless ``?duplex=0``."""
         model = query.get("model")
         model = str(model).strip() if model is not None else ""
-        resume = query_flag(query, "resume")
-        autostart = query_flag(query, "autostart")
+        duplex = query_flag(query, "duplex")
         return cls(
             dialect=select_dialect(query, headers, subprotocols),
             default_model=model or None,
-            resume_only=resume is True or autostart is False,
-            duplex=query_flag(query, "duplex"),
+            autostart=query_flag(query, "autostart") is not False,
+            resume_only=query_flag(query, "resume") is True,
+            duplex=True if duplex is None and duplex_route else duplex,
+            extensions=duplex is True or (duplex is None and duplex_route),
             max_event_bytes=max_event_bytes,
         )
 
@@ -209,9 +234,16 @@ class RealtimeEnvelope:
     def initial_open(self) -> dict[str, Any] | None:
         """Decision 17: the session payload to open before reading anything, or ``None``.
 
-        Non-``None`` only once, on a connection with ``?model=`` that is not resume-only.
+        Non-``None`` only once, on a connection with ``?model=`` that neither says
+        ``?autostart=0`` nor is resume-only.
         """
-        if self._autostart_done or self.opened or self.resume_only or not self.default_model:
+        if (
+            self._autostart_done
+            or self.opened
+            or not self.autostart
+            or self.resume_only
+            or not self.default_model
+        ):
             return None
         self._autostart_done = True
         return {"model": self.default_model}
@@ -222,13 +254,14 @@ class RealtimeEnvelope:
         wire_type = obj["type"]
         if self.resume_only and wire_type != ResumeSession.type:
             raise DuplexCommandError(
-                "this connection is resume-only (?resume=1 or ?autostart=0): "
+                "this connection is resume-only (?resume=1): "
                 "its first message must be session.resume",
                 "session_required",
                 event_id=_event_id(obj),
                 param="type",
             )
         command = command_from_realtime(obj, defaults=self.defaults)
+        self._note_extension_use(command)
         if isinstance(command, ResumeSession):
             return FirstMessage("resume", command)
         if isinstance(command, UpdateSession) and wire_type == UpdateSession.type:
@@ -267,6 +300,7 @@ class RealtimeEnvelope:
                 event_id=_event_id(obj),
             )
         command = command_from_realtime(obj, defaults=self.defaults)
+        self._note_extension_use(command)
         if isinstance(command, UpdateSession):
             self._fold(command)
         return command
@@ -281,11 +315,33 @@ class RealtimeEnvelope:
 
     def _fold(self, command: UpdateSession) -> None:
         self.defaults = next_input_defaults(self.defaults, command.patch)
+        extra = command.patch.get("extra_body")
+        wanted = extra.get(EXTENSIONS_FIELD) if isinstance(extra, Mapping) else None
+        if isinstance(wanted, bool):
+            self.extensions = wanted
+
+    def _note_extension_use(self, command: RealtimeCommand) -> None:
+        """A client that sends one of our commands speaks the extensions (unless it said
+        ``?duplex=0``)."""
+        if command.tier == 3 and self.duplex is None:
+            self.extensions = True
 
     # ---- outbound -------------------------------------------------------------------
 
     def render(self, event: RealtimeEvent) -> dict[str, Any] | None:
-        """``event`` in this connection's dialect (``None``: the dialect lacks it)."""
+        """``event`` in this connection's dialect; ``None`` when the dialect lacks it, or
+        the connection has not opted into the extensions and OpenAI would not send it: a
+        Tier 3 event type, or a speech start/stop found while the session has no turn
+        detection (our overlap detector's; OpenAI sends none then, and frameworks take
+        one for the user talking over the assistant)."""
+        if isinstance(event, _SESSION_OBJECT_EVENTS):
+            session = event.session if isinstance(event.session, Mapping) else {}
+            self._server_detects_turns = session.get("turn_detection") is not None
+        if not self.extensions:
+            if event.tier >= 3:
+                return None
+            if isinstance(event, _SPEECH_EVENTS) and not self._server_detects_turns:
+                return None
         return event.to_realtime(self.dialect)
 
     def error_event(
@@ -341,6 +397,7 @@ __all__ = [
     "BETA_HEADER",
     "BETA_SUBPROTOCOL",
     "CONFIG_TIMEOUT_S",
+    "EXTENSIONS_FIELD",
     "FALSE_VALUES",
     "MAX_EVENT_BYTES",
     "TRUE_VALUES",
@@ -349,7 +406,6 @@ __all__ = [
     "RealtimeEnvelope",
     "ResumeSession",
     "Sequencer",
-    "duplex_requested",
     "encode_frame",
     "query_flag",
     "select_dialect",

@@ -5,7 +5,9 @@ One connection: accept, handshake (open with ``session.update`` / a first comman
 commands for the session's handle. One session: a pump, which outlives connections, reads
 the handle's events, renders them in the session's dialect and hands them to whichever
 connection serves the session now (numbered and journaled as they are sent), or to the
-journal alone while the session is detached. The handler keeps no session state beyond
+journal alone while the session is detached. The session renders through the envelope of
+the connection that opened or last resumed it: its dialect, and whether our Tier 3 event
+types go out at all (``RealtimeEnvelope.render``). The handler keeps no session state beyond
 the attachment registry.
 """
 
@@ -39,11 +41,14 @@ REALTIME_SUBPROTOCOL = "realtime"
 @dataclass(slots=True)
 class _Session:
     handle: DuplexSessionHandle
-    dialect: str
+    envelope: RealtimeEnvelope
     resumable: bool
     credentials: tuple[int, str] | None
     pump: asyncio.Task[None] | None = None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    # Errors for fields of the opening session.update that were not applied: they follow
+    # session.created, like the errors of any later update follow its session.updated.
+    opening_errors: list[dict[str, Any]] = field(default_factory=list)
 
 
 class OmniDuplexSessionHandler:
@@ -71,10 +76,14 @@ class OmniDuplexSessionHandler:
 
     # ---- one connection ---------------------------------------------------------------
 
-    async def handle(self, websocket: WebSocket) -> None:
+    async def handle(self, websocket: WebSocket, *, duplex_route: bool = False) -> None:
+        """Serve one WebSocket; ``duplex_route``: it came in on ``/v1/duplex``."""
         try:
             envelope = RealtimeEnvelope.from_request(
-                websocket.query_params, websocket.headers.items(), _offered(websocket)
+                websocket.query_params,
+                websocket.headers.items(),
+                _offered(websocket),
+                duplex_route=duplex_route,
             )
         except DuplexCommandError as exc:
             await websocket.accept()
@@ -119,6 +128,8 @@ class OmniDuplexSessionHandler:
     ) -> str | None:
         payload = envelope.initial_open()
         pending: Any = None
+        rejected: tuple[Any, ...] = ()
+        opened_by: str | None = None  # the event_id of the session.update that opened it
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config_timeout_s
         while payload is None:
@@ -141,6 +152,9 @@ class OmniDuplexSessionHandler:
             payload = first.session_payload or {}
             if first.kind == "open_default":
                 pending = first.command
+            else:
+                rejected = getattr(first.command, "rejected", ())
+                opened_by = first.command.event_id
         if self._shutting_down:
             conn.send_local(
                 envelope.error_frame("server_shutting_down", "the server is shutting down")
@@ -169,9 +183,13 @@ class OmniDuplexSessionHandler:
             envelope.adopt_session(handle.open_result.public_session)
         state = _Session(
             handle=handle,
-            dialect=envelope.dialect,
+            envelope=envelope,
             resumable=resumable,
             credentials=(generation, token) if token else None,
+            opening_errors=[
+                envelope.error_event(r.code, r.message, event_id=opened_by, param=r.param)
+                for r in rejected
+            ],
         )
         self._sessions[session_id] = state
         state.pump = loop.create_task(self._pump(session_id, state))
@@ -270,7 +288,7 @@ class OmniDuplexSessionHandler:
             )
             conn.close_after_pending(1000, "session_resume_expired")
             return None
-        envelope.dialect = state.dialect  # type: ignore[assignment]
+        envelope.dialect = state.envelope.dialect
         previous = self.registry.socket_of(session_id)
         try:
             # Nothing changes for the attached socket until the resume is proven good.
@@ -313,6 +331,7 @@ class OmniDuplexSessionHandler:
         sequencer = self._sequencer(session_id)
         envelope.bind_session(session_id, sequencer)
         envelope.adopt_session(public)
+        state.envelope = envelope
         self._bind(conn, session_id, sequencer)
         self.metrics.resumes.inc()
         if isinstance(grant.previous_socket, RealtimeConnection):
@@ -322,7 +341,7 @@ class OmniDuplexSessionHandler:
             old = grant.previous_socket
             with contextlib.suppress(Exception):
                 await old.websocket.send_text(
-                    encode_frame(replaced.to_realtime(state.dialect) or {}).decode()
+                    encode_frame(replaced.to_realtime(envelope.dialect) or {}).decode()
                 )
             await old.abandon(1000, "session_replaced")
         return session_id
@@ -333,18 +352,22 @@ class OmniDuplexSessionHandler:
         terminal_reason = "session_closed"
         try:
             async for event in state.handle.events():
-                rendered = event.to_realtime(state.dialect)  # type: ignore[arg-type]
+                if isinstance(event, ev.SessionClosed):
+                    # The close reason reaches every client, in the close frame.
+                    terminal_reason = str(getattr(event, "reason", "") or terminal_reason)
+                rendered = state.envelope.render(event)
                 if rendered is None:
                     continue
                 if isinstance(event, ev.SessionCreated) and state.credentials:
                     rendered["attachment_generation"], rendered["resume_token"] = state.credentials
                 conn = self.registry.socket_of(session_id)
-                if isinstance(conn, RealtimeConnection) and not conn.closed:
-                    conn.send_event(rendered)
-                else:
-                    self.registry.sequence(session_id, rendered)
-                if isinstance(event, ev.SessionClosed):
-                    terminal_reason = str(getattr(event, "reason", "") or terminal_reason)
+                after = state.opening_errors if isinstance(event, ev.SessionCreated) else []
+                for out in (rendered, *after):
+                    if isinstance(conn, RealtimeConnection) and not conn.closed:
+                        conn.send_event(out)
+                    else:
+                        self.registry.sequence(session_id, out)
+                after.clear()
         except EngineError as exc:
             log.warning("session %s: engine ended: %s", session_id, exc)
         finally:

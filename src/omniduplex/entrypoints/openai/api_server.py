@@ -1,7 +1,9 @@
 """The FastAPI app: Realtime WebSocket routes, models, health, chat completions.
 
-On a duplex deployment ``/v1/realtime`` (alias ``/v1/duplex``) serves duplex sessions;
-``?duplex=0`` opts out and is answered that the turn-based Realtime API is not available.
+On a duplex deployment ``/v1/realtime`` and ``/v1/duplex`` serve duplex sessions; the
+second speaks our Tier 3 extensions from the start, the first only once the client opts in
+(``?duplex=1`` and the other ways ``RealtimeEnvelope`` lists). A turn-based deployment
+answers both that the Realtime API is not available.
 Every route the deployment does not serve answers a JSON 404 that names it. With an API
 key, every route requires it: ``Authorization: Bearer <key>``, or for browsers the
 WebSocket subprotocol ``openai-insecure-api-key.<key>``.
@@ -21,10 +23,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...engine.duplex.plugin import DuplexModelPlugin
-from ...protocol.duplex import DuplexCommandError, ErrorEvent
+from ...protocol.duplex import ErrorEvent
 from ..async_omni import AsyncOmni
 from ..duplex.chat_completions import DuplexChatCompletionsAdapter
-from ..duplex.realtime_input import duplex_requested
 from ..duplex.serving import OmniDuplexSessionHandler
 from ..duplex_omni import DuplexOmni
 from ..web.static_routes import mount_web_page
@@ -63,13 +64,6 @@ def _echoed_subprotocol(websocket: WebSocket) -> str | None:
     not echo one of its subprotocols, and would never see our error event."""
     raw = websocket.headers.get("sec-websocket-protocol", "")
     return "realtime" if "realtime" in (p.strip() for p in raw.split(",")) else None
-
-
-def _wants_duplex(websocket: WebSocket) -> bool:
-    try:
-        return duplex_requested(websocket.query_params)
-    except DuplexCommandError:
-        return True  # the handler answers the malformed flag with its typed error
 
 
 def build_app(
@@ -171,7 +165,7 @@ def build_app(
                 await websocket.send_json(event.to_realtime("ga"))
                 await websocket.close(code=1008, reason="unauthorized")
                 return
-        if not duplex or (not alias and not _wants_duplex(websocket)):
+        if not duplex:
             await websocket.accept(subprotocol=_echoed_subprotocol(websocket))
             event = ErrorEvent.build(
                 "route_not_available",
@@ -188,7 +182,7 @@ def build_app(
             )
             await websocket.close(code=1013)
             return
-        await handler.handle(websocket)
+        await handler.handle(websocket, duplex_route=alias)
 
     @app.websocket("/v1/realtime")
     async def realtime_route(websocket: WebSocket) -> None:

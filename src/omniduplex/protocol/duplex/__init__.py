@@ -47,6 +47,7 @@ from ..realtime.session import (
     ref_audio_digest,
     validate_session,
 )
+from ..realtime.session_patch import FieldRejection, PartialUpdate, apply_partially
 from ..realtime.turn_detection import (
     check_overlap_policy,
     overlap_policy_for,
@@ -70,14 +71,17 @@ __all__ = [
     "DuplexCommandError",
     "DuplexEvent",
     "ErrorEvent",
+    "FieldRejection",
     "InputAudioConverter",
     "OutputAudioEncoder",
+    "PartialUpdate",
     "RealtimeAudioAppend",
     "RealtimeCommand",
     "RealtimeEvent",
     "RealtimeInputDefaults",
     "RealtimeProtocolCapabilities",
     "RealtimeProtocolError",
+    "apply_partially",
     "assistant_item_id",
     "b64decode_strict",
     "b64encode_str",

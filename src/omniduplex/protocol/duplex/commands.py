@@ -164,9 +164,12 @@ class Commit(tier1.Commit):
 
     ``final``: the utterance is complete (default true). ``create_response``: answer it
     (``None``: the session's turn policy decides, decision 16; ``input.commit`` defaults to
-    true). ``is_speech``: the client's verdict on the buffered audio. ``item_id``: the user
-    item id to commit under (else the server allocates one). ``response_create`` is read as
-    a spelling of ``create_response``.
+    true). Under the session's ``extra_body.auto_response: true`` every committed turn is
+    answered, whatever ``create_response`` says, as in the reference; ``auto_response``
+    on the commit itself overrides the session's for this turn. ``is_speech``: the
+    client's verdict on the buffered audio. ``item_id``: the user item id to commit under
+    (else the server allocates one). ``response_create`` is read as a spelling of
+    ``create_response``.
     """
 
     tier: ClassVar[int] = 2
@@ -174,6 +177,7 @@ class Commit(tier1.Commit):
 
     final: bool = True
     create_response: bool | None = None
+    auto_response: bool | None = None
     is_speech: bool | None = None
     item_id: str | None = None
 
@@ -188,6 +192,7 @@ class Commit(tier1.Commit):
             event_id=ctx.event_id,
             final=True if final is None else final,
             create_response=create_response,
+            auto_response=optional_bool(obj.get("auto_response"), "auto_response"),
             is_speech=optional_bool(obj.get("is_speech"), "is_speech"),
             item_id=optional_id(obj.get("item_id"), "item_id"),
         )

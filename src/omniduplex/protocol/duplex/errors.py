@@ -1,8 +1,10 @@
-"""Our error codes (Tier 3) and the one table that classes each of them.
+"""Every error code the server sends and the one table that classes each of them.
 
-Every code the server can put in ``error.code`` is listed here with its OpenAI error
-class. Server faults are ``server_error``, capacity and pacing limits
-``rate_limit_error``, everything the client can fix ``invalid_request_error``.
+Where OpenAI's Realtime API has a code for the same situation we send that code (and its
+message prefix, since frameworks key on both): ``OPENAI_CODES`` lists them. The rest are
+ours. Every code is listed here with its OpenAI error class. Server faults are
+``server_error``, capacity and pacing limits ``rate_limit_error``, everything the client
+can fix ``invalid_request_error``.
 An unknown code is classed ``server_error``: a code we forgot to list is our fault.
 """
 
@@ -60,19 +62,17 @@ ERROR_CLASS_BY_CODE: Final = MappingProxyType(
         "persona_update_unsupported": _CLIENT,
         "voice_update_unsupported": _CLIENT,
         "voice_update_after_audio_unsupported": _CLIENT,
-        "model_update_unsupported": _CLIENT,
         "ref_audio_update_unsupported": _CLIENT,
         "ref_audio_required": _CLIENT,
         "unsupported_ref_audio_path": _CLIENT,
         # responses and input turns
         "unsupported_response_option": _CLIENT,
         "unsupported_native_response_options": _CLIENT,
-        "response_already_active": _CLIENT,
-        "response_not_active": _CLIENT,
-        "response_create_without_input": _CLIENT,
+        "conversation_already_has_active_response": _CLIENT,
+        "response_cancel_not_active": _CLIENT,
         "text_only_turn_unsupported": _CLIENT,
         "native_text_append_unsupported": _CLIENT,
-        "input_audio_buffer_empty": _CLIENT,
+        "input_audio_buffer_commit_empty": _CLIENT,
         "input_audio_buffer_full": _CLIENT,
         "barge_in_unsupported": _CLIENT,
         "truncate_unsupported": _CLIENT,
@@ -109,6 +109,20 @@ ERROR_CLASS_BY_CODE: Final = MappingProxyType(
 
 ERROR_CODES: Final[frozenset[str]] = frozenset(ERROR_CLASS_BY_CODE)
 
+#: Codes OpenAI's Realtime API defines for the same situation, with the message prefix it
+#: sends (LiveKit matches "Cancellation failed"; Pipecat treats every other code as fatal).
+OPENAI_CODES: Final = MappingProxyType(
+    {
+        "response_cancel_not_active": "Cancellation failed: no active response found",
+        "conversation_already_has_active_response": (
+            "Conversation already has an active response in progress"
+        ),
+        "input_audio_buffer_commit_empty": (
+            "Error committing input audio buffer: buffer too small"
+        ),
+    }
+)
+
 
 def error_class_for(code: str) -> str:
     """The OpenAI error class of ``code``; an unlisted code is a server fault."""
@@ -122,6 +136,7 @@ class DuplexCommandError(RealtimeProtocolError):
 __all__ = [
     "ERROR_CLASS_BY_CODE",
     "ERROR_CODES",
+    "OPENAI_CODES",
     "DuplexCommandError",
     "RealtimeProtocolError",
     "error_class_for",

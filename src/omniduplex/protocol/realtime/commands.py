@@ -36,6 +36,7 @@ from .session import (
     session_of_update,
     validate_session,
 )
+from .session_patch import FieldRejection, apply_partially
 from .wire_values import (
     fail,
     json_copy,
@@ -102,19 +103,27 @@ def _prefixed(exc: RealtimeProtocolError, prefix: str) -> RealtimeProtocolError:
 class UpdateSession(RealtimeCommand):
     """``session.update``: ``patch`` is the client's session object, validated, as sent.
 
-    Error params name fields relative to the session object (``turn_detection``,
-    ``audio.input.format``), as OpenAI clients read them.
+    A field the codec refuses is left out of ``patch`` and listed in ``rejected`` (the
+    engine reports each as an ``error`` and applies the rest, ``session_patch``); only an
+    update with nothing valid left is refused whole. Error params name fields relative to
+    the session object (``turn_detection``, ``audio.input.format``), as OpenAI clients
+    read them.
     """
 
     type: ClassVar[str] = "session.update"
 
     patch: dict[str, Any] = field(default_factory=dict)
+    # A report of decoding, not content: a rendering carries only what was accepted.
+    rejected: tuple[FieldRejection, ...] = field(default=(), compare=False)
 
     @classmethod
     def from_realtime(cls, obj: Mapping[str, Any], ctx: DecodeContext) -> Self:
         patch = json_copy(session_of_update(obj), "session")
-        validate_session(patch, ctx.capabilities)
-        return cls(event_id=ctx.event_id, patch=patch)
+        outcome = apply_partially(patch, lambda rest: validate_session(rest, ctx.capabilities))
+        if not outcome.applied:
+            first = outcome.rejected[0]
+            raise RealtimeProtocolError(first.message, first.code, param=first.param)
+        return cls(event_id=ctx.event_id, patch=outcome.patch, rejected=outcome.rejected)
 
     def to_realtime(self, dialect: Dialect = "ga") -> dict[str, Any]:
         out = wire_envelope(self)

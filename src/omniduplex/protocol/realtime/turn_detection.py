@@ -1,7 +1,16 @@
 """``turn_detection`` in a session object: where it is, what we accept, what we echo.
 
-We serve OpenAI's ``server_vad`` (Silero, per session) or ``null`` (the client or the model
-decides turns). Anything else is refused rather than silently run as something it is not.
+We serve OpenAI's ``server_vad`` (a VAD ends the turn after a silence), ``semantic_vad``
+(a turn-completion model decides whether the user has finished; ``eagerness`` bounds how
+long a turn that sounds unfinished may wait) and ``null`` (the client or the model decides
+turns). How a plugin without a turn-completion model serves ``semantic_vad`` is the
+engine's business (``engine/duplex/session/turn_detection.py``); here it is validated and
+normalised only.
+
+Every refusal names the narrowest param it can: ``<field>.<key>`` when one key of the
+object cannot be honoured (the rest of the object still can), ``<field>`` when the object
+as a whole is unusable. ``<field>`` is where the client put it (``turn_detection`` or
+``audio.input.turn_detection``), so a partial ``session.update`` can drop exactly that.
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ from .wire_values import fail, is_number, quote
 TURN_DETECTION_PARAM: Final = "turn_detection"
 TURN_DETECTION_CODE: Final = "unsupported_turn_detection"
 SERVER_VAD: Final = "server_vad"
+SEMANTIC_VAD: Final = "semantic_vad"
+TURN_DETECTION_TYPES: Final = (SERVER_VAD, SEMANTIC_VAD)
 
 # Echoed under the client's own values; create_response follows OpenAI's default (decision 16).
 TURN_DETECTION_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType(
@@ -29,12 +40,28 @@ TURN_DETECTION_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType(
         "interrupt_response": True,
     }
 )
+# OpenAI's semantic_vad object has exactly these keys; "auto" is OpenAI's default eagerness.
+SEMANTIC_VAD_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType(
+    {
+        "type": SEMANTIC_VAD,
+        "eagerness": "auto",
+        "create_response": True,
+        "interrupt_response": True,
+    }
+)
+EAGERNESS: Final = ("low", "medium", "high", "auto")
 _DURATION_KEYS: Final = ("prefix_padding_ms", "silence_duration_ms", "min_speech_duration_ms")
-# OpenAI's own server_vad key; we have no idle-timeout prompt, so only null is accepted.
+# OpenAI's server_vad key; we have no idle-timeout prompt, so only null is accepted.
 _IDLE_TIMEOUT_KEY: Final = "idle_timeout_ms"
 TURN_DETECTION_KEYS: Final[frozenset[str]] = frozenset(TURN_DETECTION_DEFAULTS) | {
     _IDLE_TIMEOUT_KEY
 }
+# Under semantic_vad the VAD still finds candidate ends of speech: its threshold, padding and
+# minimum speech are ours to tune. silence_duration_ms is not (eagerness sets the wait).
+_SEMANTIC_TUNING_KEYS: Final = ("threshold", "prefix_padding_ms", "min_speech_duration_ms")
+SEMANTIC_VAD_KEYS: Final[frozenset[str]] = (
+    frozenset(SEMANTIC_VAD_DEFAULTS) | frozenset(_SEMANTIC_TUNING_KEYS) | {_IDLE_TIMEOUT_KEY}
+)
 # Below this Silero fires on breathing and room noise.
 MIN_THRESHOLD_EXCLUSIVE: Final = 0.15
 
@@ -42,8 +69,8 @@ BARGE_IN_ON_SPEECH: Final = "barge_in_on_speech"
 LISTEN_ONLY: Final = "listen_only"
 
 
-def _refuse(message: str) -> RealtimeProtocolError:
-    return fail(message, TURN_DETECTION_PARAM, TURN_DETECTION_CODE)
+def _refuse(message: str, param: str = TURN_DETECTION_PARAM) -> RealtimeProtocolError:
+    return fail(message, param, TURN_DETECTION_CODE)
 
 
 def turn_detection_of(session: Mapping[str, Any]) -> tuple[bool, Any, str]:
@@ -64,26 +91,33 @@ def turn_detection_of(session: Mapping[str, Any]) -> tuple[bool, Any, str]:
 def validate_turn_detection(raw: Any, *, field: str = "turn_detection") -> dict[str, Any] | None:
     """The normalised turn detection (defaults under the client's values), or ``None``.
 
-    Raises ``unsupported_turn_detection`` (param ``turn_detection``) for anything but
-    ``null`` or a valid ``server_vad`` object.
+    Raises ``unsupported_turn_detection`` for anything but ``null``, a valid
+    ``server_vad`` or a valid ``semantic_vad`` object: param ``field`` when the object is
+    unusable, ``field.key`` for the first key that cannot be honoured.
     """
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
-        raise _refuse(f"{field} must be an object or null")
+        raise _refuse(f"{field} must be an object or null", field)
     kind = raw.get("type")
-    if kind != SERVER_VAD:
-        raise _refuse(f"{field}.type must be 'server_vad' (got {quote(kind)})")
-    unknown = sorted(str(key) for key in raw if key not in TURN_DETECTION_KEYS)
+    if kind not in TURN_DETECTION_TYPES:
+        raise _refuse(
+            f"{field}.type must be 'server_vad' or 'semantic_vad' (got {quote(kind)})", field
+        )
+    semantic = kind == SEMANTIC_VAD
+    known = SEMANTIC_VAD_KEYS if semantic else TURN_DETECTION_KEYS
+    unknown = sorted(str(key) for key in raw if key not in known)
     if unknown:
-        shown = ", ".join(quote(key) for key in unknown[:5])
-        raise _refuse(f"Unknown {field} field(s): {shown}")
-    out = dict(TURN_DETECTION_DEFAULTS)
+        key = unknown[0]
+        hint = " (semantic_vad waits by eagerness)" if key == "silence_duration_ms" else ""
+        raise _refuse(f"Unknown {kind} field {quote(key)} in {field}{hint}", f"{field}.{key}")
+    out = dict(SEMANTIC_VAD_DEFAULTS if semantic else TURN_DETECTION_DEFAULTS)
     threshold = raw.get("threshold")
     if threshold is not None:
         if not is_number(threshold) or not MIN_THRESHOLD_EXCLUSIVE < threshold <= 1:
             raise _refuse(
-                f"{field}.threshold must be a number > {MIN_THRESHOLD_EXCLUSIVE} and <= 1"
+                f"{field}.threshold must be a number > {MIN_THRESHOLD_EXCLUSIVE} and <= 1",
+                f"{field}.threshold",
             )
         out["threshold"] = threshold
     for key in _DURATION_KEYS:
@@ -91,21 +125,31 @@ def validate_turn_detection(raw: Any, *, field: str = "turn_detection") -> dict[
         if value is None:
             continue
         if not is_number(value) or value < 0:
-            raise _refuse(f"{field}.{key} must be a number >= 0")
+            raise _refuse(f"{field}.{key} must be a number >= 0", f"{field}.{key}")
         out[key] = int(value) if isinstance(value, float) and value.is_integer() else value
+    if semantic:
+        eagerness = raw.get("eagerness")
+        if eagerness is not None:
+            if eagerness not in EAGERNESS:
+                raise _refuse(
+                    f"{field}.eagerness must be one of {', '.join(EAGERNESS)}",
+                    f"{field}.eagerness",
+                )
+            out["eagerness"] = eagerness
     create_response = raw.get("create_response")
     if create_response is not None:
         if not isinstance(create_response, bool):
-            raise _refuse(f"{field}.create_response must be a boolean")
+            raise _refuse(f"{field}.create_response must be a boolean", f"{field}.create_response")
         out["create_response"] = create_response
     interrupt = raw.get("interrupt_response")
     if interrupt is not None and interrupt is not True:
         raise _refuse(
             f"{field}.interrupt_response=false is unsupported; "
-            "use turn_detection=null for model-owned listen/speak"
+            "use turn_detection=null for model-owned listen/speak",
+            f"{field}.interrupt_response",
         )
     if raw.get(_IDLE_TIMEOUT_KEY) is not None:
-        raise _refuse(f"{field}.{_IDLE_TIMEOUT_KEY} is unsupported")
+        raise _refuse(f"{field}.{_IDLE_TIMEOUT_KEY} is unsupported", f"{field}.{_IDLE_TIMEOUT_KEY}")
     return out
 
 
@@ -119,19 +163,23 @@ def check_overlap_policy(session: Mapping[str, Any], turn_detection: Any, *, pre
 
     Only the two policies a turn detection implies can contradict it; other strings are the
     engine's to normalise. Without a turn detection in the same object there is nothing to
-    compare against here (the session's current one is engine state).
+    compare against here (the session's current one is engine state). The refusal names
+    the policy (flat or under ``extra_body``): the turn detection itself is valid.
     """
     if not present:
         return
     extra = session.get("extra_body")
     policy = session.get("overlap_policy")
+    param = "overlap_policy"
     if policy is None and isinstance(extra, Mapping):
         policy = extra.get("overlap_policy")
+        param = "extra_body.overlap_policy"
     if policy not in (BARGE_IN_ON_SPEECH, LISTEN_ONLY):
         return
     implied = overlap_policy_for(turn_detection)
     if policy != implied:
+        kind = turn_detection.get("type", "vad") if isinstance(turn_detection, Mapping) else "null"
         raise _refuse(
-            f"overlap_policy {policy!r} contradicts turn_detection "
-            f"({'server_vad' if turn_detection is not None else 'null'} requires {implied!r})"
+            f"overlap_policy {policy!r} contradicts turn_detection ({kind} requires {implied!r})",
+            param,
         )

@@ -339,7 +339,12 @@ class SessionEmitter:
         metadata = dict(response.metadata or {})
         metadata["omniduplex_stage_metrics"] = stage_metrics
         obj = self._response_object(
-            response, status, status_details=details, output=[item], metadata=metadata
+            response,
+            status,
+            status_details=details,
+            output=[item],
+            metadata=metadata,
+            usage=response.usage(),
         )
         self.emit(ev.ResponseDone(response=obj, response_id=rid))
         self.emit(ev.RateLimitsUpdated(rate_limits=[]))

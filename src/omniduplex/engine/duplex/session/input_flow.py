@@ -13,10 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ....protocol.duplex import InputAudioConverter, RealtimeProtocolError, rms
+from ....protocol.duplex import (
+    InputAudioConverter,
+    RealtimeProtocolError,
+    apply_partially,
+    rms,
+)
 from ....protocol.duplex import commands as cmd
 from ..contracts import StageSubmission, stage_request_id
 from ..plugin import DuplexRuntimeConfigError, ModelInputTranscript
+from ..settings import SessionSettings
 from .history import StoredItem
 from .lease import LeaseActivity
 from .state import InputTurn, TurnState, new_item_id
@@ -217,8 +223,13 @@ class InputFlow:
 
     def on_commit(self, command: cmd.Commit) -> None:
         self.session.pending_turns = max(0, self.session.pending_turns - 1)
+        create_response = command.create_response
+        if command.auto_response is False and create_response is None:
+            create_response = False
+        elif command.auto_response is None and self.session.settings.auto_response:
+            create_response = True
         self.commit(
-            create_response=command.create_response,
+            create_response=create_response,
             event_id=command.event_id,
             is_speech=command.is_speech,
         )
@@ -253,8 +264,9 @@ class InputFlow:
                     self.out.speech_started(start_ms, turn.item_id)
         if not turn.appended:
             self.out.error(
-                "input_audio_buffer_empty",
-                "input_audio_buffer.commit requires a non-empty input audio buffer",
+                "input_audio_buffer_commit_empty",
+                "Error committing input audio buffer: buffer too small. "
+                "Expected at least 1 sample of audio, but the buffer is empty.",
                 event_id=event_id,
             )
             return
@@ -386,14 +398,34 @@ class InputFlow:
 
     def on_session_update(self, command: cmd.UpdateSession) -> None:
         session = self.session
+
+        def attempt(patch: dict[str, Any]) -> SessionSettings:
+            candidate = session.settings.updated(patch)
+            self.runner.plugin.validate_session_config(candidate.as_model_config())
+            return candidate
+
+        # A field that cannot be honoured is reported on its own and the rest applies
+        # (session_patch); only an update with nothing usable left is refused whole.
+        for rejection in command.rejected:
+            self.out.error(
+                rejection.code, rejection.message, event_id=command.event_id, param=rejection.param
+            )
         try:
-            updated = session.settings.updated(command.patch)
-            self.runner.plugin.validate_session_config(updated.as_model_config())
+            outcome = apply_partially(
+                command.patch, attempt, errors=(RealtimeProtocolError, DuplexRuntimeConfigError)
+            )
         except (RealtimeProtocolError, DuplexRuntimeConfigError) as exc:
             self.out.error(
                 exc.code, str(exc), event_id=command.event_id, param=getattr(exc, "param", None)
             )
             return
+        for rejection in outcome.rejected:
+            self.out.error(
+                rejection.code, rejection.message, event_id=command.event_id, param=rejection.param
+            )
+        if outcome.value is None:
+            return
+        updated = outcome.value
         previous, session.settings = session.settings, updated
         plugin = self.runner.plugin
         if plugin.streams_input and not self._streamed:
@@ -409,6 +441,7 @@ class InputFlow:
                 self.rate_hz,
                 self.runner.plugin.create_speech_classifier,
                 position_samples=self._position,
+                completion_model=self.runner.plugin.turn_completion_model(),
             )
             if self.runner.turns is None or not self.runner.turns.speaking:
                 self.runner.live.abort()

@@ -33,8 +33,11 @@ if TYPE_CHECKING:
 # Cancel reasons that came from the server's own turn detection rather than the client.
 _SERVER_DETECTED = frozenset({"turn_detected"})
 
+# Per-response options a plugin must support, else they are refused naming the param.
+# ``instructions`` is not among them: like the session's instructions, a model that follows
+# none (loopback, the rule responder) takes them without acting on them, as OpenAI's
+# clients expect (LiveKit's "speak first" sends them with every generate_reply).
 _OPTION_FLAGS = {
-    "instructions": "supports_response_instructions",
     "temperature": "supports_response_temperature",
     "max_output_tokens": "supports_response_max_output_tokens",
     "voice": "supports_response_voice",
@@ -63,17 +66,10 @@ class ResponseFlow:
             return
         if session.response is not None:
             self.out.error(
-                "response_already_active",
-                f"Response {session.response.response_id} is still in progress",
-                event_id=command.event_id,
-            )
-            return
-        committed = session.committed_input
-        text = session.pending_user_text
-        if committed is None and not text:
-            self.out.error(
-                "response_create_without_input",
-                "response.create requires committed audio or a user text item",
+                "conversation_already_has_active_response",
+                "Conversation already has an active response in progress: "
+                f"{session.response.response_id}. Wait until the response is finished "
+                "before creating a new one.",
                 event_id=command.event_id,
             )
             return
@@ -129,8 +125,13 @@ class ResponseFlow:
         session.turn_state = TurnState.ASSISTANT_GENERATING
         self.out.response_started(response)
 
+        # Nothing new from the user: the model speaks first (or again) from the conversation
+        # and the session's instructions, as OpenAI's does.
+        opening = session.committed_input is None and not session.pending_user_text
         audio = session.committed_input if session.committed_input is not None else _EMPTY
         text = session.pending_user_text
+        response.input_audio_ms = audio.size * 1000 / runner.plugin.input_sample_rate_hz
+        response.input_text = text
         session.committed_input = None
         session.pending_user_text = ""
         if runner.plugin.streams_input:
@@ -145,7 +146,9 @@ class ResponseFlow:
             input_text=text,
             history=session.items.messages(),
             options=options,
+            session=session.settings.as_model_config(),
             input_streamed=utterance is not None,
+            opening=opening and utterance is None,
         )
         if utterance is not None:
             request_id = utterance.request_id
@@ -353,10 +356,10 @@ class ResponseFlow:
         if response is None or (
             command.response_id is not None and command.response_id != response.response_id
         ):
-            target = command.response_id or "(none active)"
+            asked = f" with id {command.response_id}" if command.response_id else ""
             self.out.error(
-                "response_not_active",
-                f"No response in progress to cancel: {target}",
+                "response_cancel_not_active",
+                f"Cancellation failed: no active response found{asked}",
                 event_id=command.event_id,
             )
             return

@@ -86,7 +86,10 @@ class DuplexSessionRunner:
         self._input_tasks: set[asyncio.Task[None]] = set()
         self.out = SessionEmitter(session, sink)
         self.turns = TurnDetector.from_settings(
-            session.settings, plugin.input_sample_rate_hz, plugin.create_speech_classifier
+            session.settings,
+            plugin.input_sample_rate_hz,
+            plugin.create_speech_classifier,
+            completion_model=plugin.turn_completion_model(),
         )
         self.responses = ResponseFlow(self)
         self.inputs = InputFlow(self, max_turn_s=max_input_turn_s)

@@ -6,6 +6,7 @@ Mutated only by the session's runner on the orchestrator loop (single writer).
 from __future__ import annotations
 
 import enum
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,9 @@ from ..capabilities import DuplexCapabilities
 from ..contracts import DuplexFence
 from .history import ConversationStore
 from .lease import DuplexLeaseState
+
+# ``response.usage`` counts one audio token per started stretch of this many ms.
+AUDIO_TOKEN_MS = 100
 
 
 class SessionState(enum.StrEnum):
@@ -105,10 +109,31 @@ class ActiveResponse:
     encoder: Any = None
     stage_steps: int = 0
     stage_compute_s: float = 0.0
+    input_audio_ms: float = 0.0
+    input_text: str = ""
 
     @property
     def wants_audio(self) -> bool:
         return "audio" in self.modalities
+
+    def usage(self) -> dict[str, Any]:
+        """OpenAI's ``response.usage``, counted in units every plugin has: one token per
+        started 100 ms of audio and one per word of text (models here share no tokenizer)."""
+        audio_in = math.ceil(self.input_audio_ms / AUDIO_TOKEN_MS)
+        text_in = len(self.input_text.split())
+        audio_out = math.ceil(self.audio_ms / AUDIO_TOKEN_MS)
+        text_out = len(self.transcript_text().split()) + len(self.text_output().split())
+        return {
+            "total_tokens": audio_in + text_in + audio_out + text_out,
+            "input_tokens": audio_in + text_in,
+            "output_tokens": audio_out + text_out,
+            "input_token_details": {
+                "cached_tokens": 0,
+                "text_tokens": text_in,
+                "audio_tokens": audio_in,
+            },
+            "output_token_details": {"text_tokens": text_out, "audio_tokens": audio_out},
+        }
 
     def transcript_text(self) -> str:
         return "".join(self.transcript)

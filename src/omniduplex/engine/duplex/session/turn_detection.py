@@ -1,8 +1,23 @@
-"""Server-side turn detection (``turn_detection: {type: server_vad}``), in audio time.
+"""Server-side turn detection (``server_vad`` and ``semantic_vad``), in audio time.
 
 Silence is measured by counting samples, never by the wall clock: a client that sends
 audio faster or slower than real time gets the same turns. The frame classifier is a
 seam: the default is an energy detector; a model can provide a neural one (Silero).
+
+``server_vad``: the turn ends after ``silence_duration_ms`` of silence.
+
+``semantic_vad`` with a turn-completion model (a second seam, ``TurnCompletionModel``):
+after a short silence (``SEMANTIC_CANDIDATE_SILENCE_MS``, a candidate end of speech) the
+model scores the turn's audio. A turn that sounds complete ends there; one that sounds
+unfinished keeps waiting: speech that resumes continues the same turn (and is scored
+again at its next pause), and a silence that reaches the eagerness's maximum
+(``SEMANTIC_MAX_SILENCE_MS``: low 8 s, medium and auto 4 s, high 2 s, OpenAI's values)
+ends the turn anyway.
+
+``semantic_vad`` without a model (the plugin declares none) is served as ``server_vad``
+with ``silence_duration_ms`` = the eagerness's maximum / 8 (``SEMANTIC_FALLBACK_SILENCE_MS``:
+low 1000, medium and auto 500 ms, OpenAI's server_vad default, high 250 ms), and the
+session object says so (``served_turn_detection``).
 
 The detector's clock is the session's input clock (samples appended since the session
 opened): whoever resets or replaces it says where that clock stands, so offsets stay true
@@ -11,19 +26,92 @@ after commits, clears and a ``session.update`` mid-stream.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
-from ..vad import EnergyClassifier, SpeechClassifier
+from ..vad import EnergyClassifier, SpeechClassifier, TurnCompletionModel
+
+SEMANTIC_VAD: Final = "semantic_vad"
+# Silence after which the turn model is asked (the VAD's candidate end of speech); the
+# Smart Turn authors pair their model with a 200 ms VAD stop.
+SEMANTIC_CANDIDATE_SILENCE_MS: Final = 200
+# The longest an unfinished-sounding turn waits in silence, by eagerness (OpenAI's).
+SEMANTIC_MAX_SILENCE_MS: Final[Mapping[str, int]] = {
+    "low": 8000,
+    "medium": 4000,
+    "auto": 4000,
+    "high": 2000,
+}
+# Without a turn model: a fixed silence, the same fraction of each maximum.
+SEMANTIC_FALLBACK_SILENCE_MS: Final[Mapping[str, int]] = {
+    eagerness: wait // 8 for eagerness, wait in SEMANTIC_MAX_SILENCE_MS.items()
+}
+# A turn-completion probability at or above this ends the turn.
+COMPLETION_THRESHOLD: Final = 0.5
+
+
+def _eagerness(config: Mapping[str, Any]) -> str:
+    value = config.get("eagerness")
+    return value if value in SEMANTIC_MAX_SILENCE_MS else "auto"
+
+
+def is_semantic(config: Mapping[str, Any] | None) -> bool:
+    return config is not None and config.get("type") == SEMANTIC_VAD
+
+
+def served_turn_detection(
+    config: Mapping[str, Any] | None, *, semantic_supported: bool
+) -> dict[str, Any] | None:
+    """The turn detection a session object reports: the client's, plus how it is served.
+
+    ``semantic_vad`` on a plugin without a turn-completion model gains
+    ``served_as: {type: server_vad, silence_duration_ms, ...}`` (an extra key OpenAI's SDK
+    models keep), so a client can see that turns end by silence alone.
+    """
+    if config is None:
+        return None
+    out = dict(config)
+    if is_semantic(config) and not semantic_supported:
+        out["served_as"] = {
+            "type": "server_vad",
+            "silence_duration_ms": SEMANTIC_FALLBACK_SILENCE_MS[_eagerness(config)],
+            "reason": "this model has no turn-completion model; silence ends the turn",
+        }
+    return out
 
 
 @dataclass(frozen=True, slots=True)
 class TurnEvent:
     kind: str  # "started" | "stopped"
     audio_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnDecision:
+    """One verdict of the turn model at a candidate end of speech (for stats and tests)."""
+
+    audio_ms: int  # where the speech paused (the session's input clock)
+    probability: float
+    complete: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticPolicy:
+    """How ``semantic_vad`` ends a turn: ask ``model`` after ``candidate_silence_ms``;
+    an unfinished turn waits up to ``max_silence_ms``."""
+
+    model: TurnCompletionModel
+    max_silence_ms: int
+    candidate_silence_ms: int = SEMANTIC_CANDIDATE_SILENCE_MS
+    threshold: float = COMPLETION_THRESHOLD
+
+    @classmethod
+    def for_eagerness(cls, model: TurnCompletionModel, eagerness: str) -> SemanticPolicy:
+        return cls(model=model, max_silence_ms=SEMANTIC_MAX_SILENCE_MS[eagerness])
 
 
 class TurnDetector:
@@ -39,6 +127,7 @@ class TurnDetector:
         min_speech_duration_ms: int = 60,
         classifier: SpeechClassifier | None = None,
         position_samples: int = 0,
+        semantic: SemanticPolicy | None = None,
     ) -> None:
         self.rate_hz = rate_hz
         self.threshold = threshold
@@ -46,12 +135,19 @@ class TurnDetector:
         self.silence_duration_ms = silence_duration_ms
         self.min_speech_duration_ms = min_speech_duration_ms
         self.classifier = classifier or EnergyClassifier()
+        self.semantic = semantic
+        self.decisions: list[TurnDecision] = []
         self._frame = rate_hz * self.classifier.frame_ms // 1000
         self._pending = np.zeros(0, dtype=np.float32)
         self._position = position_samples  # samples consumed: the session's input clock
         self._speaking = False
         self._speech_run = 0
         self._silence_run = 0
+        # semantic_vad: the turn's recent audio (what the model hears) and whether the
+        # current pause was already scored.
+        self._turn_frames: deque[np.ndarray] = deque()
+        self._turn_samples = 0
+        self._judged = False
 
     @classmethod
     def from_settings(
@@ -61,18 +157,32 @@ class TurnDetector:
         classifier_factory: Callable[[], SpeechClassifier | None] | None = None,
         *,
         position_samples: int = 0,
+        completion_model: TurnCompletionModel | None = None,
     ) -> TurnDetector | None:
+        """The detector a session's ``turn_detection`` asks for (``None`` when off).
+
+        ``semantic_vad`` uses ``completion_model`` when the plugin has one, else it is
+        served as server VAD with the eagerness's fallback silence.
+        """
         config = getattr(settings, "turn_detection", None)
         if not config:
             return None
+        silence_ms = int(config.get("silence_duration_ms", 500))
+        semantic = None
+        if is_semantic(config):
+            eagerness = _eagerness(config)
+            silence_ms = SEMANTIC_FALLBACK_SILENCE_MS[eagerness]
+            if completion_model is not None:
+                semantic = SemanticPolicy.for_eagerness(completion_model, eagerness)
         return cls(
             rate_hz=rate_hz,
             threshold=float(config.get("threshold", 0.5)),
             prefix_padding_ms=int(config.get("prefix_padding_ms", 300)),
-            silence_duration_ms=int(config.get("silence_duration_ms", 500)),
+            silence_duration_ms=silence_ms,
             min_speech_duration_ms=int(config.get("min_speech_duration_ms", 60)),
             classifier=classifier_factory() if classifier_factory else None,
             position_samples=position_samples,
+            semantic=semantic,
         )
 
     @property
@@ -89,26 +199,70 @@ class TurnDetector:
         for index in range(frames):
             frame = buffer[index * self._frame : (index + 1) * self._frame]
             self._position += self._frame
+            if self.semantic is not None:
+                self._remember(frame)
             is_speech = self.classifier.probability(frame) >= self.threshold
             if is_speech:
                 self._speech_run += self._frame
                 self._silence_run = 0
+                self._judged = False
                 if not self._speaking and self._ms(self._speech_run) >= self.min_speech_duration_ms:
                     self._speaking = True
                     onset = self._position - self._speech_run
                     start_ms = max(0, self._ms(onset) - self.prefix_padding_ms)
+                    self._trim_to_turn(self._speech_run)
                     events.append(TurnEvent("started", start_ms))
             else:
                 self._silence_run += self._frame
                 if not self._speaking:
                     self._speech_run = 0
-                elif self._ms(self._silence_run) >= self.silence_duration_ms:
+                elif self._turn_ends():
                     self._speaking = False
                     self._speech_run = 0
                     end = self._position - self._silence_run
+                    self._forget_turn()
                     events.append(TurnEvent("stopped", self._ms(end)))
         self._pending = buffer[frames * self._frame :].copy()
         return events
+
+    def _turn_ends(self) -> bool:
+        """In a pause of a turn: does the turn end at this frame?"""
+        silence_ms = self._ms(self._silence_run)
+        policy = self.semantic
+        if policy is None:
+            return silence_ms >= self.silence_duration_ms
+        if silence_ms >= policy.max_silence_ms:
+            return True
+        if self._judged or silence_ms < policy.candidate_silence_ms:
+            return False
+        self._judged = True
+        audio = np.concatenate(tuple(self._turn_frames))
+        probability = float(policy.model.completion_probability(audio, self.rate_hz))
+        complete = probability >= policy.threshold
+        pause_ms = self._ms(self._position - self._silence_run)
+        self.decisions.append(TurnDecision(pause_ms, probability, complete))
+        return complete
+
+    # ---- the turn's audio (semantic_vad only) ----------------------------------
+
+    def _remember(self, frame: np.ndarray) -> None:
+        assert self.semantic is not None
+        self._turn_frames.append(frame.copy())
+        self._turn_samples += frame.size
+        limit = self.rate_hz * self.semantic.model.max_audio_ms // 1000
+        while self._turn_samples - self._turn_frames[0].size >= limit:
+            self._turn_samples -= self._turn_frames.popleft().size
+
+    def _trim_to_turn(self, speech_samples: int) -> None:
+        # At speech start: keep the speech so far and the padding before it, as the turn.
+        keep = speech_samples + self.rate_hz * self.prefix_padding_ms // 1000
+        while self._turn_frames and self._turn_samples - self._turn_frames[0].size >= keep:
+            self._turn_samples -= self._turn_frames.popleft().size
+
+    def _forget_turn(self) -> None:
+        self._turn_frames.clear()
+        self._turn_samples = 0
+        self._judged = False
 
     def reset(self, position_samples: int | None = None) -> None:
         """Forget the turn; the clock moves to ``position_samples`` (default: past the
@@ -120,4 +274,5 @@ class TurnDetector:
         self._speaking = False
         self._speech_run = 0
         self._silence_run = 0
+        self._forget_turn()
         self.classifier.reset()

@@ -20,7 +20,6 @@ const ERROR_HINTS = {
   session_resume_expired: "The session expired while disconnected; press Start to begin a new one.",
   invalid_resume_token: "The server refused to resume the session; press Start to begin a new one.",
   input_backpressure: "The server is receiving audio faster than it can take it.",
-  response_create_without_input: "There was nothing to answer yet: say something first.",
   playback_ack_too_late: "A playback report arrived after your next turn (harmless).",
   voice_update_after_audio_unsupported: "The voice cannot change once the assistant has spoken.",
   instructions_update_unsupported: "This model cannot change its instructions mid-session.",

@@ -22,6 +22,8 @@ const RESUME_FATAL = new Set([
 export function realtimeUrl(base, params = {}) {
   const url = new URL("/v1/realtime", base);
   url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+  // The page reads our duplex events (session.resumed, session.closed, ...).
+  url.searchParams.set("duplex", "1");
   for (const [k, v] of Object.entries(params)) url.searchParams.set(k, v);
   return url.toString();
 }

@@ -13,6 +13,8 @@ from typing import Any
 INPUT_RATE_HZ = 16_000  # Silero and the pocketsphinx en-US model both want 16 kHz
 OUTPUT_RATE_HZ = 24_000
 RESPONDERS = ("builtin", "openai")
+# semantic_vad: Smart Turn when its weights are installed (auto), always, or never.
+TURN_MODELS = ("auto", "smart-turn", "none")
 TTS_ENGINES = ("espeak", "piper")
 
 
@@ -41,6 +43,10 @@ class CascadeOptions:
     package's when null; needs the ``piper`` extra; ``speech_rate_wpm`` scales its speed).
     Audio is resampled to ``output_rate_hz`` and cut into units of ``unit_ms`` (the
     transcript is spread over them).
+
+    Turns: ``turn_model`` decides ``semantic_vad`` turns: ``auto`` uses Smart Turn v3.2
+    when its weights are installed (the ``semantic-vad`` extra) and otherwise serves
+    ``semantic_vad`` as server VAD; ``smart-turn`` requires it; ``none`` never loads it.
     """
 
     input_rate_hz: int = INPUT_RATE_HZ
@@ -71,6 +77,7 @@ class CascadeOptions:
     voice: str = "en-us"
     speech_rate_wpm: int = 175
     pitch: int = 50
+    turn_model: str = "auto"
 
     def __post_init__(self) -> None:
         if self.input_rate_hz != INPUT_RATE_HZ:
@@ -97,6 +104,8 @@ class CascadeOptions:
             raise ValueError("cascade option unit_ms must be a whole number of output samples")
         if self.tts not in TTS_ENGINES:
             raise ValueError(f"cascade option tts must be one of {', '.join(TTS_ENGINES)}")
+        if self.turn_model not in TURN_MODELS:
+            raise ValueError(f"cascade option turn_model must be one of {', '.join(TURN_MODELS)}")
         if self.responder not in RESPONDERS:
             raise ValueError(f"cascade option responder must be one of {', '.join(RESPONDERS)}")
         if self.responder == "openai" and not (self.llm_base_url and self.llm_model):

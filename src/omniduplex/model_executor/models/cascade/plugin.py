@@ -6,6 +6,10 @@ The engine buffers a turn (``streams_input`` is False): server VAD (Silero, thro
 outputs come back through the data plane: the user's transcript first, then reply audio
 units with their words, or a listen / error.
 
+Under ``semantic_vad`` the plugin's turn-completion model (Smart Turn v3.2, ``turn_model``)
+decides whether a paused user has finished; it is loaded once, when the plugin is built,
+and shared by every session.
+
 With ``asr_partials`` (the default) the plugin ``transcribes_while_speaking``: under
 server VAD each utterance's audio reaches the ASR stage as it is spoken, hypotheses come
 back as partial transcripts, and at commit only the utterance's tail is left to decode.
@@ -33,9 +37,10 @@ from omniduplex.engine.duplex.plugin import (
     ModelText,
     ResponseRequest,
 )
-from omniduplex.engine.duplex.vad import SpeechClassifier
+from omniduplex.engine.duplex.vad import SpeechClassifier, TurnCompletionModel
 
 from .options import CascadeOptions
+from .turn_model import SmartTurnModel, smart_turn_available
 from .vad import SileroClassifier
 
 _MODALITIES = frozenset({"audio", "text"})
@@ -43,13 +48,9 @@ _MODALITIES = frozenset({"audio", "text"})
 
 @dataclass(slots=True)
 class CascadeSessionState(DuplexModelSessionState):
-    """What a session's config says about its replies (the stages keep everything else)."""
+    """Per session the cascade only counts responses: each one reads the session's
+    settings in force from its request, and the stages keep everything else."""
 
-    modalities: tuple[str, ...] = ("audio",)
-    instructions: str | None = None
-    voice: str | None = None
-    temperature: float | None = None
-    max_output_tokens: int | None = None
     responses_planned: int = 0
 
     def reset_turn(self) -> None:
@@ -109,6 +110,7 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
         self.output_sample_rate_hz = self.cascade_options.output_rate_hz
         self.transcribes_while_speaking = self.cascade_options.asr_partials
         self._data_plane = CascadeDataPlane()
+        self._turn_model = _load_turn_model(self.cascade_options.turn_model)
 
     @property
     def data_plane(self) -> DuplexDataPlane:
@@ -128,15 +130,20 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
             supports_text_input=True,
             supports_text_only_turn=True,
             supports_chat_completions=True,
+            supports_input_transcription=True,
             # The built-in responder has no prompt, sampling or length to steer.
             supports_response_instructions=llm,
             supports_response_temperature=llm,
             supports_response_max_output_tokens=llm,
             supports_response_voice=True,
+            supports_semantic_vad=self._turn_model is not None,
             optional_input_modalities=frozenset({"text"}),
             signal_sources=("client_event", "server_policy"),
             chunk_period_ms=self.cascade_options.unit_ms,
-            extra={"responder": self.cascade_options.responder},
+            extra={
+                "responder": self.cascade_options.responder,
+                "turn_model": self._turn_model.name if self._turn_model else None,
+            },
         )
 
     def validate_session_config(self, config: Mapping[str, Any]) -> None:
@@ -151,16 +158,13 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
             )
 
     def create_session_state(self, config: Mapping[str, Any]) -> CascadeSessionState:
-        return CascadeSessionState(
-            modalities=tuple(config.get("modalities") or ("audio",)),
-            instructions=config.get("instructions"),
-            voice=config.get("voice"),
-            temperature=config.get("temperature"),
-            max_output_tokens=config.get("max_output_tokens"),
-        )
+        return CascadeSessionState()
 
     def create_speech_classifier(self) -> SpeechClassifier | None:
         return SileroClassifier()
+
+    def turn_completion_model(self) -> TurnCompletionModel | None:
+        return self._turn_model
 
     def default_session(self) -> dict[str, Any]:
         # A stock Realtime client expects the server to find turns (OpenAI's default).
@@ -184,24 +188,36 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
             raise TypeError("cascade plan_response needs a CascadeSessionState")
         state.responses_planned += 1
         options = request.options
+        session = request.session
         modalities = (
-            options.get("output_modalities") or options.get("modalities") or state.modalities
+            options.get("output_modalities")
+            or options.get("modalities")
+            or session.get("modalities")
+            or ("audio",)
         )
         return {
             "audio": np.asarray(request.input_audio, dtype=np.float32),
             "text": request.input_text or "",
             "history": [dict(message) for message in request.history],
             "response_id": request.response_id,
+            "opening": request.opening,
             "with_audio": "audio" in modalities,
-            "instructions": options.get("instructions") or state.instructions,
-            "temperature": _first(options.get("temperature"), state.temperature),
+            "instructions": options.get("instructions") or session.get("instructions"),
+            "temperature": _first(options.get("temperature"), session.get("temperature")),
             "max_output_tokens": _first(
                 options.get("max_output_tokens"),
                 options.get("max_response_output_tokens"),
-                state.max_output_tokens,
+                session.get("max_output_tokens"),
             ),
-            "voice": options.get("voice") or state.voice,
+            "voice": options.get("voice") or session.get("voice"),
         }
+
+
+def _load_turn_model(choice: str) -> TurnCompletionModel | None:
+    """The ``turn_model`` option's model; ``auto`` without the weights gives ``None``."""
+    if choice == "none" or (choice == "auto" and not smart_turn_available()):
+        return None
+    return SmartTurnModel()
 
 
 def _first(*values: Any) -> Any:

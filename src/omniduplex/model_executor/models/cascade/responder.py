@@ -27,6 +27,10 @@ from omniduplex.engine.stage import StageInput, StageModel, StageOutput
 from .options import CascadeOptions
 
 NOT_UNDERSTOOD = "Sorry, I did not understand that."
+# The built-in responder's first words when asked to speak first, and when asked to speak
+# again with nothing new from the user.
+GREETING = "Hello! How can I help you?"
+ANYTHING_ELSE = "Is there anything else I can help you with?"
 # How often the idle stage looks for tokens a backend thread queued.
 _POLL_S = 0.005
 
@@ -68,6 +72,11 @@ class BuiltinResponder:
         if words & {"hello", "hi", "hey"}:
             return "Hello! How can I help you?"
         return f"You said: {text}."
+
+    def opening(self, history: Sequence[Mapping[str, Any]]) -> str:
+        """What to say with nothing new from the user: greet, or offer more help."""
+        spoke = any(message.get("role") == "assistant" for message in history)
+        return ANYTHING_ELSE if spoke else GREETING
 
 
 class ResponderError(RuntimeError):
@@ -214,6 +223,9 @@ class ResponderStageModel(StageModel):
         heard = str(meta.get("transcript") or "").strip()
         typed = str(meta.get("text") or "").strip()
         user = " ".join(part for part in (heard, typed) if part)
+        if meta.get("opening") and not user:
+            self._open_conversation(request_id, reply)
+            return
         if not user and not meta.get("heard_audio"):
             # A turn without speech (noise the energy detector took for speech) or empty.
             reason = "no_speech" if meta.get("input_audio_s") else "no_input"
@@ -231,6 +243,20 @@ class ResponderStageModel(StageModel):
         messages = chat_messages(
             self.options.system_prompt, meta.get("instructions"), meta.get("history") or (), user
         )
+        self._start_llm(request_id, reply, messages)
+
+    def _open_conversation(self, request_id: str, reply: _Reply) -> None:
+        """Speak first (or again) from the instructions and the history alone."""
+        meta = reply.meta
+        history = meta.get("history") or ()
+        if self.llm is None:
+            text = self.builtin.opening(history)
+            reply.outbox.put({"kind": "reply", "text": text, "final": True, "_final": True})
+            return
+        messages = chat_messages(self.options.system_prompt, meta.get("instructions"), history, "")
+        self._start_llm(request_id, reply, messages)
+
+    def _start_llm(self, request_id: str, reply: _Reply, messages: list[dict[str, str]]) -> None:
         reply.thread = threading.Thread(
             target=self._run_llm,
             args=(reply, messages),

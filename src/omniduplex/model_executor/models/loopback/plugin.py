@@ -34,9 +34,9 @@ _MODALITIES = frozenset({"audio", "text"})
 
 @dataclass(slots=True)
 class LoopbackSessionState(DuplexModelSessionState):
-    """Per-session state: loopback keeps nothing between turns but the output modalities."""
+    """Per-session state: loopback keeps nothing between turns (each response reads the
+    session's modalities in force from its request)."""
 
-    modalities: tuple[str, ...] = ("text", "audio")
     responses_planned: int = 0
     turns_reset: int = 0
 
@@ -114,8 +114,7 @@ class LoopbackDuplexPlugin(DuplexModelPlugin):
             )
 
     def create_session_state(self, config: Mapping[str, Any]) -> LoopbackSessionState:
-        modalities = config.get("modalities") or ("text", "audio")
-        return LoopbackSessionState(modalities=tuple(modalities))
+        return LoopbackSessionState()
 
     def plan_response(
         self, state: DuplexModelSessionState, request: ResponseRequest
@@ -128,7 +127,8 @@ class LoopbackDuplexPlugin(DuplexModelPlugin):
         modalities = (
             request.options.get("output_modalities")
             or request.options.get("modalities")
-            or state.modalities
+            or request.session.get("modalities")
+            or ("text", "audio")
         )
         return {
             "audio": np.asarray(request.input_audio, dtype=np.float32),
