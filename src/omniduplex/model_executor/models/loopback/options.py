@@ -21,6 +21,9 @@ class LoopbackOptions:
     ``pitch_ratio`` below 1 lowers the voice (and stretches it, so the reply is cut to the
     utterance's length); above 1 raises it (the shortened audio is repeated to fill).
     ``silence_rms`` is on float samples in [-1, 1): 0.01 is about -40 dBFS.
+    ``server_vad_by_default``: sessions start with ``server_vad``, as OpenAI's do (the
+    ``loopback`` deployment a person serves); off, turns are the client's until it asks
+    (the deterministic test deployments).
     """
 
     unit_ms: int = 100
@@ -30,14 +33,16 @@ class LoopbackOptions:
     pitch_ratio: float = 0.8
     input_rate_hz: int = INPUT_RATE_HZ
     output_rate_hz: int = OUTPUT_RATE_HZ
+    server_vad_by_default: bool = False
 
     def __post_init__(self) -> None:
         for name in ("unit_ms", "max_reply_ms", "input_rate_hz", "output_rate_hz"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"loopback option {name} must be a positive integer")
-        if not isinstance(self.realtime, bool):
-            raise ValueError("loopback option realtime must be a boolean")
+        for name in ("realtime", "server_vad_by_default"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"loopback option {name} must be a boolean")
         if not isinstance(self.silence_rms, int | float) or self.silence_rms < 0:
             raise ValueError("loopback option silence_rms must be a non-negative number")
         if not isinstance(self.pitch_ratio, int | float) or not 0.25 <= self.pitch_ratio <= 4:

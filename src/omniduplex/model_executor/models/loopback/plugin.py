@@ -87,6 +87,11 @@ class LoopbackDuplexPlugin(DuplexModelPlugin):
     def data_plane(self) -> DuplexDataPlane:
         return self._data_plane
 
+    def default_session(self) -> dict[str, Any]:
+        if self.loopback_options.server_vad_by_default:
+            return {"turn_detection": {"type": "server_vad"}}
+        return {}
+
     def capabilities(self, *, max_sessions: int) -> DuplexCapabilities:
         return DuplexCapabilities(
             supports_model_native_turn_policy=False,
