@@ -1,14 +1,17 @@
 """User input of one session: appends, commits, clears, text, items, session updates.
 
-Part of the session runner (single writer). Decoding and resampling an append is
-offloaded to the manager's thread pool inside a tracked input task; the task re-checks
-the session's input generation after the await, so input cancelled meanwhile is dropped
-and nothing of it reaches the conversation or a stage.
+Part of the session runner (single writer). Decoding, resampling and server turn
+detection (the VAD's classifier, a turn-completion model) of an append are offloaded to
+the manager's thread pool inside a tracked input task (decision 10: the orchestrator loop
+never runs model work); the task re-checks the session's input generation after the
+await, so input cancelled meanwhile is dropped and nothing of it reaches the conversation
+or a stage.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,7 +29,7 @@ from ..settings import SessionSettings
 from .history import StoredItem
 from .lease import LeaseActivity
 from .state import InputTurn, TurnState, new_item_id
-from .turn_detection import TurnDetector
+from .turn_detection import TurnDetector, TurnEvent
 
 if TYPE_CHECKING:
     from .runner import DuplexSessionRunner, TimerItem
@@ -34,6 +37,18 @@ if TYPE_CHECKING:
 
 # Speech is declared some frames after its onset; keep this much more than the padding.
 _VAD_LAG_MARGIN_MS = 500
+
+
+@dataclass(slots=True)
+class _DecodedAppend:
+    """An append as the pool thread left it: its samples at the plugin's rate and, under
+    server turn detection, what the detector found in them."""
+
+    samples: np.ndarray
+    over_limit: bool = False
+    detector: TurnDetector | None = None
+    was_speaking: bool = False  # the detector's state before these samples
+    turn_events: list[TurnEvent] = field(default_factory=list)
 
 
 class InputFlow:
@@ -46,19 +61,32 @@ class InputFlow:
         self._max_turn_s = max_turn_s
         self._max_turn_samples = int(rate * max_turn_s) if max_turn_s else None
         self._converter = InputAudioConverter(rate)
-        # Appends convert in pool threads one after another (the input tail orders them),
-        # but a cancelled task's conversion may still be running: the lock keeps the
-        # resampler's state from being used by two threads at once.
-        self._convert_lock = threading.Lock()
+        # Appends decode in pool threads one after another (the input tail orders them),
+        # but a cancelled task's thread may still be running while the loop resets the
+        # input: the lock keeps the resampler and the turn detector to one thread at a time.
+        self._input_lock = threading.Lock()
         self._position = 0  # samples appended this session (the input audio clock)
         self._stream_units = np.zeros(0, dtype=np.float32)
         self._streamed = False  # a unit reached stage 0 (streaming plugins)
 
     # ---- appends ----------------------------------------------------------------
 
-    def _convert(self, raw: bytes, fmt: str, rate: int) -> np.ndarray:
-        with self._convert_lock:
-            return self._converter.convert(raw, fmt, rate)
+    def _decode(self, command: cmd.AppendAudio, generation: int) -> _DecodedAppend | None:
+        """Pool thread: convert the append and run turn detection over it; ``None`` when
+        the input was cancelled before this ran (it must then change nothing)."""
+        with self._input_lock:
+            if self.session.input_generation != generation:
+                return None
+            samples = self._converter.convert(command.audio, command.format, command.sample_rate_hz)
+            limit = self._max_turn_samples
+            if limit is not None and self.session.input.samples + samples.size > limit:
+                return _DecodedAppend(samples, over_limit=True)
+            detector = self.runner.turns
+            if detector is None:
+                return _DecodedAppend(samples)
+            was_speaking = detector.speaking
+            events = detector.process(samples)
+            return _DecodedAppend(samples, False, detector, was_speaking, events)
 
     def on_append(self, command: cmd.AppendAudio) -> None:
         session = self.session
@@ -78,25 +106,23 @@ class InputFlow:
 
         async def work() -> None:
             try:
-                samples = await runner.offload(
-                    self._convert, command.audio, command.format, command.sample_rate_hz
-                )
+                decoded = await runner.offload(self._decode, command, generation)
             except RealtimeProtocolError as exc:
                 self.out.error(exc.code, exc.message, event_id=command.event_id)
                 return
             finally:
                 release()
-            if runner.closing or session.input_generation != generation:
+            if decoded is None or runner.closing or session.input_generation != generation:
                 return  # the input was cancelled while it was being decoded
-            self._accept(samples, command)
+            self._accept(decoded, command)
 
         runner.track_input(work).add_done_callback(release)
 
-    def _accept(self, samples: np.ndarray, command: cmd.AppendAudio) -> None:
+    def _accept(self, decoded: _DecodedAppend, command: cmd.AppendAudio) -> None:
         session = self.session
         settings = session.settings
-        limit = self._max_turn_samples
-        if limit is not None and session.input.samples + samples.size > limit:
+        samples = decoded.samples
+        if decoded.over_limit:
             self.out.error(
                 "input_audio_buffer_full",
                 f"the input audio buffer holds at most {self._max_turn_s:g} s of audio;"
@@ -123,9 +149,8 @@ class InputFlow:
                 and (not turn.transcript_hints or turn.transcript_hints[-1] != hint)
             ):
                 turn.transcript_hints.append(hint)
-        detector = self.runner.turns
-        if detector is not None:
-            self._accept_with_vad(detector, samples, command)
+        if decoded.detector is not None:
+            self._accept_with_vad(decoded)
         else:
             is_speech = command.is_speech
             if is_speech is None:
@@ -142,15 +167,16 @@ class InputFlow:
         if self.runner.plugin.streams_input:
             self._stream(samples)
 
-    def _accept_with_vad(
-        self, detector: TurnDetector, samples: np.ndarray, command: cmd.AppendAudio
-    ) -> None:
+    def _accept_with_vad(self, decoded: _DecodedAppend) -> None:
+        detector = decoded.detector
+        assert detector is not None
+        samples = decoded.samples
         turn = self.session.input
         live = self.runner.live
-        if detector.speaking:
+        if decoded.was_speaking:
             turn.speech_samples += samples.size
             live.feed(samples)
-        for event in detector.process(samples):
+        for event in decoded.turn_events:
             if event.kind == "started":
                 turn.speech_active = True
                 turn.speech_samples += samples.size
@@ -245,7 +271,7 @@ class InputFlow:
         session = self.session
         settings = session.settings
         turn = session.input
-        with self._convert_lock:
+        with self._input_lock:
             tail = self._converter.flush()
         if tail.size:
             # The resampler holds back its filter delay: a short append at another rate
@@ -289,7 +315,8 @@ class InputFlow:
         audio = turn.audio()
         session.input = InputTurn()
         if self.runner.turns is not None:
-            self.runner.turns.reset(self._position)
+            with self._input_lock:
+                self.runner.turns.reset(self._position)
         previous = session.items.add(StoredItem(item=item, input_commit_seq=session.commit_seq + 1))
         session.commit_seq += 1
         session.turn_state = TurnState.USER_COMMITTED
@@ -338,11 +365,11 @@ class InputFlow:
         session.input = InputTurn()
         session.overlap_speech_ms = 0
         self._stream_units = np.zeros(0, dtype=np.float32)
-        with self._convert_lock:
+        with self._input_lock:
             self._converter.reset()
+            if self.runner.turns is not None:
+                self.runner.turns.reset(self._position)
         self.runner.live.abort()
-        if self.runner.turns is not None:
-            self.runner.turns.reset(self._position)
         return had
 
     # ---- text and items ------------------------------------------------------------------
