@@ -51,8 +51,14 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Server:
-    def __init__(self, deployment: str) -> None:
+    """``omniduplex serve DEPLOYMENT`` in a subprocess; ``source``: the source tree whose
+    ``src/`` it runs (default: the installed package), for before/after comparisons."""
+
+    def __init__(self, deployment: str, *, source: Path | None = None) -> None:
         self.port = free_port()
+        env = dict(os.environ)
+        if source is not None:
+            env["PYTHONPATH"] = str(source / "src")
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -65,8 +71,10 @@ class Server:
                 "--log-level",
                 "warning",
                 "--max-sessions",
-                "64",
+                "600",
             ],
+            env=env,
+            cwd=source,
         )
 
     async def wait_ready(self) -> None:
@@ -129,6 +137,11 @@ async def talk(server: Server, turns: int, chunks: list[str]) -> int:
 async def cancel_round(server: Server, chunks: list[str]) -> tuple[float, int]:
     async with connect(server.url("?model=loopback"), max_size=None) as ws:
         await ws.recv()
+        # The client takes turns, whatever the deployment's default turn detection.
+        update = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+        await ws.send(orjson.dumps({"type": "session.update", "session": update}).decode())
+        while orjson.loads(await ws.recv())["type"] != "session.updated":
+            pass
         for chunk in chunks:
             await ws.send(
                 orjson.dumps({"type": "input_audio_buffer.append", "audio": chunk}).decode()
