@@ -142,8 +142,6 @@ def test_session_state_and_config_validation() -> None:
     plugin = LoopbackDuplexPlugin()
     state = plugin.create_session_state({})
     assert isinstance(state, LoopbackSessionState)
-    state.reset_turn()
-    assert state.turns_reset == 1
     plugin.validate_session_config({"modalities": ["audio", "text"]})
     plugin.validate_session_config({})
     with pytest.raises(DuplexRuntimeConfigError) as err:

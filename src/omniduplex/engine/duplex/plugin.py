@@ -92,12 +92,9 @@ ModelResult = ModelAudio | ModelText | ModelSpeak | ModelListen | ModelInputTran
 # ---- per-session model state and the plugin ---------------------------------------
 
 
-class DuplexModelSessionState(ABC):
-    """Whatever the model keeps per session between units (owned by the runner)."""
-
-    @abstractmethod
-    def reset_turn(self) -> None:
-        """Forget per-turn input (called on commit, clear and cancel)."""
+class DuplexModelSessionState(ABC):  # noqa: B024 - a seam's base class, no hooks of its own
+    """Whatever the model keeps per session between units (owned by the runner, which
+    hands it to the plugin's ``plan_*`` methods and calls nothing on it)."""
 
 
 @dataclass(slots=True)

@@ -52,14 +52,6 @@ class ConversationStore:
         self._last_id = item_id
         return previous
 
-    def previous_of(self, item_id: str) -> str | None:
-        previous: str | None = None
-        for key in self._items:
-            if key == item_id:
-                return previous
-            previous = key
-        return self._last_id
-
     def get(self, item_id: str) -> StoredItem | None:
         return self._items.get(item_id)
 

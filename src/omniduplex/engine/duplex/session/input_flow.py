@@ -1,18 +1,17 @@
 """User input of one session: appends, commits, clears, text, items, session updates.
 
-Part of the session runner (single writer). Decoding, resampling and server turn
-detection (the VAD's classifier, a turn-completion model) of an append are offloaded to
-the manager's thread pool inside a tracked input task (decision 10: the orchestrator loop
-never runs model work); the task re-checks the session's input generation after the
-await, so input cancelled meanwhile is dropped and nothing of it reaches the conversation
-or a stage.
-"""
+Part of the session runner (single writer), through its ``SessionContext``. Decoding,
+resampling and server turn detection (the VAD's classifier, a turn-completion model) of
+an append are offloaded to the manager's thread pool inside a tracked input task
+(decision 10: the orchestrator loop never runs model work); the task re-checks the
+session's input generation after the await, so input cancelled meanwhile is dropped and
+nothing of it reaches the conversation or a stage."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -26,14 +25,11 @@ from ....protocol.duplex import commands as cmd
 from ..contracts import StageSubmission, stage_request_id
 from ..plugin import DuplexRuntimeConfigError, ModelInputTranscript
 from ..settings import SessionSettings
+from .context import Inputs, SessionContext
 from .history import StoredItem
 from .lease import LeaseActivity
-from .state import InputTurn, TurnState, new_item_id
+from .state import SIGNAL_STEPS, InputTurn, TurnStep, new_item_id
 from .turn_detection import TurnDetector, TurnEvent
-
-if TYPE_CHECKING:
-    from .runner import DuplexSessionRunner, TimerItem
-
 
 # Speech is declared some frames after its onset; keep this much more than the padding.
 _VAD_LAG_MARGIN_MS = 500
@@ -51,13 +47,24 @@ class _DecodedAppend:
     turn_events: list[TurnEvent] = field(default_factory=list)
 
 
-class InputFlow:
-    def __init__(self, runner: DuplexSessionRunner, *, max_turn_s: float | None = None) -> None:
-        self.runner = runner
-        self.session = runner.session
-        self.out = runner.out
-        rate = runner.plugin.input_sample_rate_hz
+class InputFlow(Inputs):
+    """The runner's part that takes the user's input: it owns the input audio clock, the
+    resampler and the server turn detector of its session."""
+
+    def __init__(self, ctx: SessionContext, *, max_turn_s: float | None = None) -> None:
+        self.ctx = ctx
+        self.session = ctx.session
+        self.out = ctx.out
+        plugin = ctx.plugin
+        rate = plugin.input_sample_rate_hz
         self.rate_hz = rate
+        # None: turns are the client's (``turn_detection: null``).
+        self.turns: TurnDetector | None = TurnDetector.from_settings(
+            ctx.session.settings,
+            rate,
+            plugin.create_speech_classifier,
+            completion_model=plugin.turn_completion_model(),
+        )
         self._max_turn_s = max_turn_s
         self._max_turn_samples = int(rate * max_turn_s) if max_turn_s else None
         self._converter = InputAudioConverter(rate)
@@ -81,7 +88,7 @@ class InputFlow:
             limit = self._max_turn_samples
             if limit is not None and self.session.input.samples + samples.size > limit:
                 return _DecodedAppend(samples, over_limit=True)
-            detector = self.runner.turns
+            detector = self.turns
             if detector is None:
                 return _DecodedAppend(samples)
             was_speaking = detector.speaking
@@ -91,7 +98,7 @@ class InputFlow:
     def on_append(self, command: cmd.AppendAudio) -> None:
         session = self.session
         generation = session.input_generation
-        runner = self.runner
+        ctx = self.ctx
 
         released = False
 
@@ -100,23 +107,21 @@ class InputFlow:
             nonlocal released
             if not released:
                 released = True
-                session.reserved_input_bytes = max(
-                    0, session.reserved_input_bytes - len(command.audio)
-                )
+                ctx.admission.release(command)
 
         async def work() -> None:
             try:
-                decoded = await runner.offload(self._decode, command, generation)
+                decoded = await ctx.offload(self._decode, command, generation)
             except RealtimeProtocolError as exc:
                 self.out.error(exc.code, exc.message, event_id=command.event_id)
                 return
             finally:
                 release()
-            if decoded is None or runner.closing or session.input_generation != generation:
+            if decoded is None or not session.open or session.input_generation != generation:
                 return  # the input was cancelled while it was being decoded
             self._accept(decoded, command)
 
-        runner.track_input(work).add_done_callback(release)
+        ctx.input_tail.track(work).add_done_callback(release)
 
     def _accept(self, decoded: _DecodedAppend, command: cmd.AppendAudio) -> None:
         session = self.session
@@ -131,7 +136,7 @@ class InputFlow:
             )
             return
         try:
-            session.lease.touch(self.runner.clock(), LeaseActivity.APPEND)
+            session.lease.touch(self.ctx.clock(), LeaseActivity.APPEND)
         except Exception:
             return
         turn = session.input
@@ -162,9 +167,9 @@ class InputFlow:
                     turn.item_id = turn.item_id or new_item_id()
                     turn.audio_start_ms = start_ms
                     self.out.speech_started(start_ms, turn.item_id)
-                session.turn_state = TurnState.USER_SPEAKING
+                session.advance(TurnStep.USER_SPEECH)
                 self._overlap(samples.size)
-        if self.runner.plugin.streams_input:
+        if self.ctx.plugin.streams_input:
             self._stream(samples)
 
     def _accept_with_vad(self, decoded: _DecodedAppend) -> None:
@@ -172,7 +177,7 @@ class InputFlow:
         assert detector is not None
         samples = decoded.samples
         turn = self.session.input
-        live = self.runner.live
+        live = self.ctx.transcripts
         if decoded.was_speaking:
             turn.speech_samples += samples.size
             live.feed(samples)
@@ -182,7 +187,7 @@ class InputFlow:
                 turn.speech_samples += samples.size
                 turn.item_id = turn.item_id or new_item_id()
                 turn.audio_start_ms = event.audio_ms
-                self.session.turn_state = TurnState.USER_SPEAKING
+                self.session.advance(TurnStep.USER_SPEECH)
                 self.out.speech_started(event.audio_ms, turn.item_id)
                 if self.session.response is not None:
                     self.out.overlap_decision(
@@ -190,7 +195,7 @@ class InputFlow:
                         "barge_in",
                         "server_vad_speech_started",
                     )
-                    self.runner.responses.cancel("turn_detected")
+                    self.ctx.responses.cancel("turn_detected")
                 turn_start = self._position - turn.samples
                 live.begin(turn.item_id, event.audio_ms * self.rate_hz // 1000 - turn_start)
             elif event.kind == "stopped" and turn.speech_active:
@@ -229,26 +234,26 @@ class InputFlow:
             self.out.overlap_decision(settings.overlap_policy, "listen", "barge_in_unsupported")
             return
         self.out.overlap_decision(settings.overlap_policy, "barge_in", "barge_in_on_speech")
-        self.runner.responses.cancel("barge_in")
+        self.ctx.responses.cancel("barge_in")
 
     def _stream(self, samples: np.ndarray) -> None:
         """Model-native plugins get every whole unit of input as it arrives."""
-        runner = self.runner
+        ctx = self.ctx
         session = self.session
         unit = self.rate_hz * session.capabilities.chunk_period_ms // 1000
         self._stream_units = np.concatenate((self._stream_units, samples))
         while self._stream_units.size >= unit:
             chunk, self._stream_units = self._stream_units[:unit], self._stream_units[unit:]
-            data = runner.plugin.plan_input_unit(session.model_state, chunk, fence=session.fence)
+            data = ctx.plugin.plan_input_unit(session.model_state, chunk, fence=session.fence)
             if data is not None:
                 request_id = stage_request_id(session.fence, "stage0")
-                runner.submit_stage(StageSubmission(request_id, 0, data))
+                ctx.stage.submit(StageSubmission(request_id, 0, data))
                 self._streamed = True
 
     # ---- commit --------------------------------------------------------------------
 
     def on_commit(self, command: cmd.Commit) -> None:
-        self.session.pending_turns = max(0, self.session.pending_turns - 1)
+        self.ctx.admission.release(command)
         create_response = command.create_response
         if command.auto_response is False and create_response is None:
             create_response = False
@@ -280,8 +285,8 @@ class InputFlow:
             self._position += tail.size
             turn.chunks.append(tail)
             turn.samples += tail.size
-            self.runner.live.feed(tail)
-            if self.runner.turns is None and rms(tail) >= settings.overlap_silence_rms:
+            self.ctx.transcripts.feed(tail)
+            if self.turns is None and rms(tail) >= settings.overlap_silence_rms:
                 turn.speech_samples += tail.size
                 if not turn.speech_active and turn.appended and is_speech is not False:
                     turn.speech_active = True
@@ -314,14 +319,14 @@ class InputFlow:
         }
         audio = turn.audio()
         session.input = InputTurn()
-        if self.runner.turns is not None:
+        if self.turns is not None:
             with self._input_lock:
-                self.runner.turns.reset(self._position)
+                self.turns.reset(self._position)
         previous = session.items.add(StoredItem(item=item, input_commit_seq=session.commit_seq + 1))
         session.commit_seq += 1
-        session.turn_state = TurnState.USER_COMMITTED
+        session.advance(TurnStep.USER_COMMIT)
         self.out.user_item_committed(item, previous, transcript if speech else "")
-        live = self.runner.live
+        live = self.ctx.transcripts
         if not speech:
             live.abort()
             self.out.listen("silence_or_noise", None)
@@ -339,17 +344,19 @@ class InputFlow:
                 self.out.overlap_decision(settings.overlap_policy, "drop", "short_ack")
                 return
             live.finish_transcript_only()
-            session.deferred_commit = {"audio": audio}
+            session.deferred_commit = audio
             self.out.overlap_decision(
                 settings.overlap_policy, "listen", "accumulating_overlap_speech"
             )
             return
         session.committed_input = audio
-        self.runner.responses.start(utterance=live.hand_over())
+        self.ctx.responses.start(carried_by=live.hand_over())
 
-    def promote_deferred(self, deferred: dict[str, Any]) -> None:
-        self.session.committed_input = deferred["audio"]
-        self.runner.responses.start()
+    def promote_deferred(self, audio: np.ndarray) -> None:
+        """The response that was active when this turn was committed has ended: answer
+        the turn now."""
+        self.session.committed_input = audio
+        self.ctx.responses.start()
 
     # ---- clear / cancel input ----------------------------------------------------------
 
@@ -360,16 +367,16 @@ class InputFlow:
     def drop_input(self) -> bool:
         """Forget buffered and in-flight input; True if there was any."""
         session = self.session
-        had = self.runner.cancel_input_tasks() or session.input.appended
+        had = self.ctx.input_tail.cancel() or session.input.appended
         session.input_generation += 1
         session.input = InputTurn()
         session.overlap_speech_ms = 0
         self._stream_units = np.zeros(0, dtype=np.float32)
         with self._input_lock:
             self._converter.reset()
-            if self.runner.turns is not None:
-                self.runner.turns.reset(self._position)
-        self.runner.live.abort()
+            if self.turns is not None:
+                self.turns.reset(self._position)
+        self.ctx.transcripts.abort()
         return had
 
     # ---- text and items ------------------------------------------------------------------
@@ -385,7 +392,7 @@ class InputFlow:
             return
         self._add_user_text(command.text)
         if session.response is None:
-            self.runner.responses.start()
+            self.ctx.responses.start()
 
     def _add_user_text(self, text: str) -> None:
         item = {
@@ -428,7 +435,7 @@ class InputFlow:
 
         def attempt(patch: dict[str, Any]) -> SessionSettings:
             candidate = session.settings.updated(patch)
-            self.runner.plugin.validate_session_config(candidate.as_model_config())
+            self.ctx.plugin.validate_session_config(candidate.as_model_config())
             return candidate
 
         # A field that cannot be honoured is reported on its own and the rest applies
@@ -454,7 +461,7 @@ class InputFlow:
             return
         updated = outcome.value
         previous, session.settings = session.settings, updated
-        plugin = self.runner.plugin
+        plugin = self.ctx.plugin
         if plugin.streams_input and not self._streamed:
             # A model-native plugin hands its session config (persona, voice, sampling) to
             # stage 0 with the first streamed unit; until then a session.update (the usual
@@ -463,31 +470,23 @@ class InputFlow:
         if updated.turn_detection != previous.turn_detection:
             # Only a change of turn detection restarts it: an update of anything else
             # while the user speaks must not lose the speech in progress.
-            self.runner.turns = TurnDetector.from_settings(
+            self.turns = TurnDetector.from_settings(
                 updated,
                 self.rate_hz,
-                self.runner.plugin.create_speech_classifier,
+                plugin.create_speech_classifier,
                 position_samples=self._position,
-                completion_model=self.runner.plugin.turn_completion_model(),
+                completion_model=plugin.turn_completion_model(),
             )
-            if self.runner.turns is None or not self.runner.turns.speaking:
-                self.runner.live.abort()
+            if self.turns is None or not self.turns.speaking:
+                self.ctx.transcripts.abort()
         self.out.session_updated()
 
     def on_signal_turn(self, command: cmd.SignalTurn) -> None:
-        transitions = {
-            "user_started": TurnState.USER_SPEAKING,
-            "user_committed": TurnState.USER_COMMITTED,
-            "assistant_started": TurnState.ASSISTANT_GENERATING,
-            "assistant_done": TurnState.IDLE,
-            "barge_in": TurnState.BARGE_IN,
-        }
-        if command.event == "barge_in":
-            self.runner.responses.on_barge_in(cmd.BargeIn(event_id=command.event_id))
-            return
-        state = transitions.get(command.event)
-        if state is not None:
-            self.session.turn_state = state
+        """A client's turn signal relabels the turn state (any other event is echoed with
+        the state unchanged); the runner routes ``barge_in`` to a barge-in instead."""
+        step = SIGNAL_STEPS.get(command.event)
+        if step is not None:
+            self.session.advance(step)
         self.out.turn_event(command.event, self.session.turn_state.value)
 
     def on_model_transcript(
@@ -497,25 +496,20 @@ class InputFlow:
         user item. One already reported for that item is not reported again."""
         if not result.final or not result.text:
             return
-        utterance = self.runner.live.take(request_id) if request_id else None
+        final = self.ctx.transcripts.take_final(request_id, result.text) if request_id else None
         target = None
         for stored in self.session.items:
             if stored.item.get("role") != "user":
                 continue
-            if utterance is None or stored.item.get("id") == utterance.item_id:
+            if final is None or stored.item.get("id") == final.item_id:
                 target = stored
         if target is None:
             return
         parts = [p for p in target.item.get("content", []) if p.get("type") == "input_audio"]
         if parts and all(p.get("transcript") == result.text for p in parts):
             return
-        if utterance is not None:
-            delta = utterance.deltas.final(result.text)
-            if delta:
-                self.out.input_transcript_delta(utterance.item_id, delta)
+        if final is not None and final.delta:
+            self.out.input_transcript_delta(final.item_id, final.delta)
         for part in parts:
             part["transcript"] = result.text
         self.out.input_transcribed(target.item["id"], result.text)
-
-    def on_timer(self, item: TimerItem) -> None:
-        """No timers yet; model-driven continuation arrives with model-native plugins."""

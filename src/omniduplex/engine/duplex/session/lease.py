@@ -8,9 +8,8 @@ resumes with a stale generation lost a race to another connection and is refused
 from __future__ import annotations
 
 import enum
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 Clock = Callable[[], float]
 
@@ -53,13 +52,12 @@ class LeaseConfig:
 
 @dataclass(slots=True)
 class DuplexLeaseState:
-    """Liveness of one session, mutated only by its runner and the manager's loop."""
+    """Liveness of one session, mutated only by its runner (on the orchestrator loop)."""
 
     config: LeaseConfig
     last_activity: float
     generation: int = 0
     detached_at: float | None = None
-    active_operations: set[str] = field(default_factory=set)
     terminal_reason: str | None = None
 
     @property
@@ -98,18 +96,6 @@ class DuplexLeaseState:
         self.last_activity = now
         return self.generation
 
-    def begin_operation(self, now: float, operation_id: str) -> None:
-        self._require_live()
-        if not operation_id or operation_id in self.active_operations:
-            raise ValueError(f"invalid or duplicate lease operation: {operation_id!r}")
-        self.active_operations.add(operation_id)
-        self.last_activity = now
-
-    def end_operation(self, now: float, operation_id: str) -> None:
-        self.active_operations.discard(operation_id)
-        if self.terminal_reason is None:
-            self.last_activity = now
-
     def disconnect_grace_expired(self, now: float) -> bool:
         return (
             self.terminal_reason is None
@@ -118,10 +104,8 @@ class DuplexLeaseState:
         )
 
     def idle_expired(self, now: float) -> bool:
-        # An operation in flight (an append being submitted) keeps the session alive.
         return (
             self.terminal_reason is None
-            and not self.active_operations
             and self.config.idle_ttl_s is not None
             and now >= self.last_activity + self.config.idle_ttl_s
         )
@@ -133,9 +117,4 @@ class DuplexLeaseState:
         self.terminal_reason = reason
         self.generation += 1
         self.detached_at = None
-        self.active_operations.clear()
         return True
-
-
-def monotonic_clock() -> float:
-    return time.monotonic()

@@ -1,11 +1,11 @@
 """Transcribing the user while they speak (plugins that ``transcribes_while_speaking``).
 
-Part of the session runner (single writer). Server VAD opens an *utterance*: at speech
-start one stage-0 request is opened with the turn's audio from the speech onset (its
-prefix padding included) and fed every later append, so the model decodes as the user
-talks and reports whole hypotheses addressed to the session. At commit the utterance
-either becomes the request of the response that answers it, or is closed for its
-transcript alone (no response follows right away).
+Part of the session runner (single writer), through its ``SessionContext``. Server VAD
+opens an *utterance*: at speech start one stage-0 request is opened with the turn's
+audio from the speech onset (its prefix padding included) and fed every later append, so
+the model decodes as the user talks and reports whole hypotheses addressed to the
+session. At commit the utterance either becomes the request of the response that answers
+it, or is closed for its transcript alone (no response follows right away).
 
 Hypotheses revise their last words; the wire's deltas cannot. ``TranscriptDeltas`` lets a
 word out once two hypotheses in a row agree on it, and the completed event carries the
@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..contracts import StageSubmission, stage_request_id
 from ..plugin import ModelError, ModelInputTranscript
-
-if TYPE_CHECKING:
-    from .runner import DuplexSessionRunner, StageOutputItem
+from .context import FinalTranscript, SessionContext, StageOutputItem, Transcripts
 
 log = logging.getLogger(__name__)
 
@@ -85,20 +82,20 @@ class Utterance:
     deltas: TranscriptDeltas = field(default_factory=TranscriptDeltas)
 
 
-class LiveTranscription:
-    def __init__(self, runner: DuplexSessionRunner) -> None:
-        self.runner = runner
-        self.session = runner.session
-        self.out = runner.out
-        self.enabled = runner.plugin.transcribes_while_speaking and not runner.plugin.streams_input
+class LiveTranscription(Transcripts):
+    """The runner's part that transcribes the user while they speak (a no-op for plugins
+    that do not ``transcribes_while_speaking``, and for model-native ones)."""
+
+    def __init__(self, ctx: SessionContext) -> None:
+        self.ctx = ctx
+        self.session = ctx.session
+        self.out = ctx.out
+        plugin = ctx.plugin
+        self.enabled = plugin.transcribes_while_speaking and not plugin.streams_input
         self._speaking: Utterance | None = None
         # Committed utterances whose final transcript is still to come, by request id.
         self._finishing: dict[str, Utterance] = {}
         self._opened = 0
-
-    @property
-    def speaking(self) -> Utterance | None:
-        return self._speaking
 
     # ---- while the user speaks ----------------------------------------------------
 
@@ -128,8 +125,13 @@ class LiveTranscription:
 
     # ---- at commit -------------------------------------------------------------------
 
-    def hand_over(self) -> Utterance | None:
-        """The committed utterance, for the response that answers it (None: use the audio)."""
+    def hand_over(self) -> str | None:
+        """The committed utterance's request, for the response that answers it (None: the
+        response gets the turn's audio)."""
+        utterance = self._hand_over()
+        return utterance.request_id if utterance is not None else None
+
+    def _hand_over(self) -> Utterance | None:
         utterance, self._speaking = self._speaking, None
         # Transcripts still owed by a cancelled epoch will never arrive: forget them.
         epoch = self.session.epoch
@@ -144,21 +146,24 @@ class LiveTranscription:
 
     def finish_transcript_only(self) -> None:
         """The committed utterance gets no response now: close it for its transcript."""
-        utterance = self.hand_over()
+        utterance = self._hand_over()
         if utterance is None:
             return
-        runner = self.runner
         try:
-            data = runner.plugin.plan_utterance_end(self.session.model_state)
-            runner.submit_stage(StageSubmission(utterance.request_id, 0, data, final=True))
+            data = self.ctx.plugin.plan_utterance_end(self.session.model_state)
+            self.ctx.stage.submit(StageSubmission(utterance.request_id, 0, data, final=True))
         except Exception as exc:
             self._finishing.pop(utterance.request_id, None)
             self._release(utterance)
             self.out.error("input_transcription_failed", f"could not finish the transcript: {exc}")
 
-    def take(self, request_id: str) -> Utterance | None:
-        """The committed utterance a final transcript of ``request_id`` belongs to."""
-        return self._finishing.pop(request_id, None)
+    def take_final(self, request_id: str, transcript: str) -> FinalTranscript | None:
+        """The committed utterance a final transcript of ``request_id`` belongs to (it
+        reports nothing more), with the delta that completes its deltas."""
+        utterance = self._finishing.pop(request_id, None)
+        if utterance is None:
+            return None
+        return FinalTranscript(utterance.item_id, utterance.deltas.final(transcript))
 
     def forget(self, request_ids: list[str]) -> None:
         """A response ended: utterances it carried will report nothing more."""
@@ -178,10 +183,10 @@ class LiveTranscription:
         if item.error is not None:
             self._lost(utterance, item.request_id, item.error)
             return True
-        for result in self.runner.plugin.data_plane.project(item.data):
+        for result in self.ctx.plugin.data_plane.project(item.data):
             if isinstance(result, ModelInputTranscript):
                 if result.final:
-                    self.runner.inputs.on_model_transcript(result, request_id=item.request_id)
+                    self.ctx.inputs.on_model_transcript(result, request_id=item.request_id)
                 else:
                     self._partial(utterance, result.text)
             elif isinstance(result, ModelError):
@@ -219,12 +224,11 @@ class LiveTranscription:
         self._submit(utterance, audio, opening=True)
 
     def _submit(self, utterance: Utterance, samples: np.ndarray, *, opening: bool) -> None:
-        runner = self.runner
         try:
-            data = runner.plugin.plan_utterance_audio(
+            data = self.ctx.plugin.plan_utterance_audio(
                 self.session.model_state, samples, opening=opening
             )
-            runner.submit_stage(StageSubmission(utterance.request_id, 0, data))
+            self.ctx.stage.submit(StageSubmission(utterance.request_id, 0, data))
         except Exception as exc:
             # The commit hands the whole turn over instead, as without live transcription.
             log.warning("live transcription of %s stopped: %s", utterance.item_id, exc)
@@ -233,5 +237,4 @@ class LiveTranscription:
 
     def _release(self, utterance: Utterance) -> None:
         if utterance.request_id:
-            self.runner.stage_port.abort_requests([utterance.request_id])
-            self.session.request_ids.discard(utterance.request_id)
+            self.ctx.stage.abort([utterance.request_id])

@@ -1,6 +1,8 @@
 """All sessions of one engine: admission, dispatch, backpressure, lease reaper, close.
 
-Runs on the orchestrator loop. A session that is closing keeps its admission slot until
+Runs on the orchestrator loop. The manager reads sessions but never writes one: a
+command's backpressure reservation, lease activity and resume go through the session's
+runner, its only writer. A session that is closing keeps its admission slot until
 its stage cleanup has finished; a failed cleanup keeps the slot and is retried by the
 reaper. ``session.closed`` / ``session.expired`` is always the session's last event and
 is emitted after the cleanup attempt, also when it failed.
@@ -22,9 +24,10 @@ from ..contracts import DuplexStagePort
 from ..plugin import DuplexModelPlugin, DuplexRuntimeConfigError
 from ..runtime_config import DuplexSessionRuntimeConfig
 from ..settings import SessionSettings
+from .context import AdmissionLimits, StageOutputItem
 from .lease import DuplexLeaseState, LeaseActivity, LeaseConfig, LeaseGenerationMismatch
-from .runner import DuplexSessionRunner, StageOutputItem
-from .state import DuplexEngineSession, SessionState
+from .runner import DuplexSessionRunner
+from .state import DuplexEngineSession
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +150,10 @@ class DuplexSessionManager:
                 sink=lambda event, sid=session_id: self._sink(sid, event),
                 offload=self._offload,
                 clock=self.clock,
-                on_runtime_close=lambda reason, sid=session_id: self._spawn_close(sid, reason),
+                limits=AdmissionLimits(
+                    max_pending_input_bytes=self.runtime.max_pending_input_bytes_per_session,
+                    max_pending_turns=self.runtime.max_pending_turns_per_session,
+                ),
                 max_input_turn_s=self.runtime.max_input_turn_s,
             )
             if session_id in self._abandoned:
@@ -191,7 +197,6 @@ class DuplexSessionManager:
             error.session_id = session_id
             self._sink(session_id, error)
             return
-        session = runner.session
         if runner.closing:
             runner.out.error(
                 "session_closed", f"Duplex session is closing: {session_id}", event_id=event_id
@@ -200,39 +205,22 @@ class DuplexSessionManager:
         if isinstance(command, cmd.CloseSession):
             self._spawn_close(session_id, command.reason or "client_close")
             return
-        if isinstance(command, cmd.AppendAudio):
-            if not session.capabilities.accepts_input_modality("audio"):
-                runner.out.error(
-                    "invalid_input_modality", "this model does not accept audio", event_id=event_id
-                )
-                return
-            size = len(command.audio)
-            if (
-                session.reserved_input_bytes + size
-                > self.runtime.max_pending_input_bytes_per_session
-            ):
-                runner.out.error(
-                    "input_backpressure",
-                    "Duplex session has too many pending input bytes",
-                    event_id=event_id,
-                )
-                return
-            session.reserved_input_bytes += size
-        elif isinstance(command, cmd.Commit):
-            if session.pending_turns >= self.runtime.max_pending_turns_per_session:
-                runner.out.error(
-                    "input_backpressure",
-                    "Duplex session has too many pending input turns",
-                    event_id=event_id,
-                )
-                return
-            session.pending_turns += 1
-        runner.submit(command)
+        if isinstance(command, cmd.AppendAudio) and not self.capabilities.accepts_input_modality(
+            "audio"
+        ):
+            runner.out.error(
+                "invalid_input_modality", "this model does not accept audio", event_id=event_id
+            )
+            return
+        # The runner reserves the command's admission (the only writer of its session);
+        # the reservation is released on every path the command takes there.
+        if runner.admit(command):
+            runner.submit(command)
 
     def on_stage_output(self, session_id: str, item: StageOutputItem) -> None:
         runner = self.runners.get(session_id)
         if runner is not None:
-            runner.on_stage_output(item)
+            runner.submit(item)
 
     # ---- lease control -----------------------------------------------------------------
 
@@ -252,21 +240,15 @@ class DuplexSessionManager:
         self, session_id: str, activity: LeaseActivity, *, expected_generation: int | None = None
     ) -> int:
         runner = self._require(session_id)
-        if activity is LeaseActivity.DETACH:
-            try:
-                runner.session.lease.detach(self.clock(), expected_generation=expected_generation)
-            except LeaseGenerationMismatch as exc:
-                raise DuplexSessionError(str(exc), code="session_resume_conflict") from exc
-        else:
-            runner.session.lease.touch(self.clock(), activity)
-        return runner.session.lease.generation
+        try:
+            return runner.touch(activity, expected_generation=expected_generation)
+        except LeaseGenerationMismatch as exc:
+            raise DuplexSessionError(str(exc), code="session_resume_conflict") from exc
 
     def resume(self, session_id: str, expected_generation: int) -> OpenResult:
         runner = self._require(session_id)
         try:
-            generation = runner.session.lease.resume(
-                self.clock(), expected_generation=expected_generation
-            )
+            generation = runner.resume(expected_generation)
         except LeaseGenerationMismatch as exc:
             raise DuplexSessionError(str(exc), code="session_resume_conflict") from exc
         session = runner.session
@@ -290,8 +272,7 @@ class DuplexSessionManager:
             self.abandon_open(session_id)
             return False
         session = runner.session
-        session.lease.mark_terminal(reason)
-        request_ids = await runner.stop(reason, expired=expired)
+        request_ids = await runner.stop(reason)
         pending = _PendingCleanup(
             session_id, sorted(set(request_ids) | session.request_ids), reason
         )
@@ -352,7 +333,3 @@ class DuplexSessionManager:
         for session_id in list(self.runners):
             await self.close(session_id, reason)
         self._executor.shutdown(wait=False, cancel_futures=True)
-
-    def session_state(self, session_id: str) -> SessionState | None:
-        runner = self.runners.get(session_id)
-        return runner.session.state if runner else None

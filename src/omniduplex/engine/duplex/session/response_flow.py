@@ -1,12 +1,12 @@
 """Responses of one session: start, model output, completion, cancellation, playback.
 
-Part of the session runner (single writer); every method runs on the orchestrator loop.
+Part of the session runner (single writer), through its ``SessionContext``; every
+method runs on the orchestrator loop.
 """
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -22,13 +22,11 @@ from ..plugin import (
     ModelText,
     ResponseRequest,
 )
+from .context import Responses, SessionContext, StageOutputItem
 from .history import StoredItem
 from .lease import LeaseActivity
-from .live_transcript import Utterance
-from .state import ActiveResponse, PlaybackCursor, TurnState, new_response_id
-
-if TYPE_CHECKING:
-    from .runner import DuplexSessionRunner, StageOutputItem
+from .playback_ledger import apply_playback_ack, truncate_item
+from .state import ActiveResponse, PlaybackCursor, TurnStep, new_response_id
 
 # Cancel reasons that came from the server's own turn detection rather than the client.
 _SERVER_DETECTED = frozenset({"turn_detected"})
@@ -44,11 +42,14 @@ _OPTION_FLAGS = {
 }
 
 
-class ResponseFlow:
-    def __init__(self, runner: DuplexSessionRunner) -> None:
-        self.runner = runner
-        self.session = runner.session
-        self.out = runner.out
+class ResponseFlow(Responses):
+    """The runner's part that runs the session's responses, one active at a time."""
+
+    def __init__(self, ctx: SessionContext) -> None:
+        self.ctx = ctx
+        self.session = ctx.session
+        self.out = ctx.out
+        self.plugin = ctx.plugin
 
     # ---- starting -----------------------------------------------------------------
 
@@ -87,15 +88,15 @@ class ResponseFlow:
         return None
 
     def start(
-        self, *, options: dict[str, Any] | None = None, utterance: Utterance | None = None
-    ) -> ActiveResponse:
+        self, *, options: dict[str, Any] | None = None, carried_by: str | None = None
+    ) -> None:
         """Open a response for the committed input (or user text) and submit it.
 
-        ``utterance``: the committed turn was transcribed while spoken; its stage request
-        already holds the audio and carries this response.
+        ``carried_by``: the committed turn was transcribed while spoken; that stage
+        request already holds the audio and carries this response.
         """
         session = self.session
-        runner = self.runner
+        plugin = self.plugin
         options = options or {}
         modalities = tuple(
             options.get("output_modalities")
@@ -106,23 +107,20 @@ class ResponseFlow:
         response = ActiveResponse(
             response_id=response_id,
             item_id=f"item_{response_id}",
-            epoch=session.epoch,
-            turn_id=session.turn_id,
             input_commit_seq=session.commit_seq,
             modalities=modalities,
             conversation=str(options.get("conversation") or "auto"),
             metadata=_string_metadata(options.get("metadata")),
         )
         response.encoder = OutputAudioEncoder(
-            runner.plugin.output_sample_rate_hz,
+            plugin.output_sample_rate_hz,
             session.settings.output_format,
             session.settings.output_rate_hz,
         )
-        session.response = response
+        session.advance(TurnStep.RESPONSE_START, response)
         session.response_counter += 1
         session.last_response_id = response_id
         session.playback[response_id] = PlaybackCursor()
-        session.turn_state = TurnState.ASSISTANT_GENERATING
         self.out.response_started(response)
 
         # Nothing new from the user: the model speaks first (or again) from the conversation
@@ -130,37 +128,36 @@ class ResponseFlow:
         opening = session.committed_input is None and not session.pending_user_text
         audio = session.committed_input if session.committed_input is not None else _EMPTY
         text = session.pending_user_text
-        response.input_audio_ms = audio.size * 1000 / runner.plugin.input_sample_rate_hz
+        response.input_audio_ms = audio.size * 1000 / plugin.input_sample_rate_hz
         response.input_text = text
         session.committed_input = None
         session.pending_user_text = ""
-        if runner.plugin.streams_input:
+        if plugin.streams_input:
             # Model-native plugins (streams_input) feed every response from the session's
             # resumable stage-0 request; a response is a stretch of that stream, so there
             # is no per-response stage request to plan or submit.
-            return response
+            return
         request = ResponseRequest(
             fence=session.fence,
             response_id=response_id,
-            input_audio=_EMPTY if utterance is not None else audio,
+            input_audio=_EMPTY if carried_by is not None else audio,
             input_text=text,
             history=session.items.messages(),
             options=options,
             session=session.settings.as_model_config(),
-            input_streamed=utterance is not None,
-            opening=opening and utterance is None,
+            input_streamed=carried_by is not None,
+            opening=opening and carried_by is None,
         )
-        if utterance is not None:
-            request_id = utterance.request_id
+        if carried_by is not None:
+            request_id = carried_by
         else:
             request_id = stage_request_id(session.fence, f"resp{session.response_counter}")
         response.request_ids.append(request_id)
         try:
-            data = runner.plugin.plan_response(session.model_state, request)
-            runner.submit_stage(StageSubmission(request_id, 0, data, final=True))
+            data = plugin.plan_response(session.model_state, request)
+            self.ctx.stage.submit(StageSubmission(request_id, 0, data, final=True))
         except Exception as exc:
             self.fail("model_backend_failed", f"could not start the response: {exc}")
-        return response
 
     # ---- model output -----------------------------------------------------------
 
@@ -173,16 +170,16 @@ class ResponseFlow:
                 self.out.error("model_backend_failed", item.error)
             return
         owned = response is not None and item.request_id in response.request_ids
-        if not self.runner.plugin.streams_input and not owned:
+        if not self.plugin.streams_input and not owned:
             # A turn-based response only hears its own requests: output of one that ended
             # in the same epoch (a failure does not advance it) must not leak into the next.
             return
         if owned:
             response.stage_steps += 1
             response.stage_compute_s += item.compute_s
-        for result in self.runner.plugin.data_plane.project(item.data):
+        for result in self.plugin.data_plane.project(item.data):
             if self.session.response is None and isinstance(result, ModelAudio | ModelText):
-                if not self.runner.plugin.streams_input:
+                if not self.plugin.streams_input:
                     return  # output of a response that already ended
                 self.start(options={})
             self._on_result(result, item.request_id)
@@ -202,7 +199,7 @@ class ResponseFlow:
             if response is not None and response.audio_deltas == 0 and not response.text:
                 self.out.listen(result.reason, response)
                 self.complete("completed", reason=result.reason)
-            elif response is not None and self.runner.plugin.streams_input:
+            elif response is not None and self.plugin.streams_input:
                 # A model-native plugin ends its stretch of speech by deciding to listen.
                 self.out.listen(result.reason, response)
                 self.complete("completed", reason=result.reason)
@@ -213,7 +210,7 @@ class ResponseFlow:
                 response.speak_emitted = True
                 self.out.speak(response)
         elif isinstance(result, ModelInputTranscript):
-            self.runner.inputs.on_model_transcript(result, request_id=request_id)
+            self.ctx.inputs.on_model_transcript(result, request_id=request_id)
         elif isinstance(result, ModelError):
             self.fail(result.code, result.message)
 
@@ -221,7 +218,7 @@ class ResponseFlow:
         session = self.session
         samples = np.asarray(result.samples, dtype=np.float32)
         encoded = response.encoder.encode(samples) if response.wants_audio else b""
-        response.audio_ms += 1000.0 * samples.size / self.runner.plugin.output_sample_rate_hz
+        response.audio_ms += 1000.0 * samples.size / self.plugin.output_sample_rate_hz
         if result.text:
             response.transcript.append(result.text)
         chars = len(response.transcript_text())
@@ -229,7 +226,7 @@ class ResponseFlow:
         response.marks.append({"text_chars": chars, "audio_end_ms": audio_end_ms})
         cursor = session.cursor(response.response_id)
         cursor.generated_ms = cursor.sent_ms = audio_end_ms
-        session.turn_state = TurnState.ASSISTANT_PLAYING
+        session.advance(TurnStep.RESPONSE_AUDIO)
         if not response.speak_emitted:
             response.speak_emitted = True
             self.out.speak(response)
@@ -305,15 +302,14 @@ class ResponseFlow:
         )
         if response.conversation != "none":
             self._store_assistant_item(response, status, transcript, cursor)
-        session.response = None
-        self.runner.live.forget(response.request_ids)
+        session.advance(TurnStep.RESPONSE_END)
+        self.ctx.transcripts.forget(response.request_ids)
         if status == "completed":
             session.turn_id += 1
-        session.turn_state = TurnState.IDLE
         deferred = session.deferred_commit
         if deferred is not None and status != "failed":
             session.deferred_commit = None
-            self.runner.inputs.promote_deferred(deferred)
+            self.ctx.inputs.promote_deferred(deferred)
 
     def _store_assistant_item(
         self, response: ActiveResponse, status: str, transcript: str, cursor: PlaybackCursor
@@ -340,14 +336,13 @@ class ResponseFlow:
         response = self.session.response
         if response is None:
             return []
-        self.session.response = None
+        self.session.advance(TurnStep.RESPONSE_ABANDON)
         self._abort(response)
         return list(response.request_ids)
 
     def _abort(self, response: ActiveResponse) -> None:
         """Abort a response's stage requests; they need no cleanup at close any more."""
-        self.runner.stage_port.abort_requests(response.request_ids)
-        self.session.request_ids.difference_update(response.request_ids)
+        self.ctx.stage.abort(response.request_ids)
 
     # ---- cancel commands --------------------------------------------------------
 
@@ -388,7 +383,7 @@ class ResponseFlow:
     def barge_in(self, reason: str) -> None:
         """Cancel input in flight and the active response; every cancel is answered."""
         session = self.session
-        had_input = self.runner.inputs.drop_input()
+        had_input = self.ctx.inputs.drop_input()
         if not self.cancel(reason):
             session.advance_epoch()
             self.out.input_cleared()
@@ -398,10 +393,8 @@ class ResponseFlow:
     # ---- playback and items ---------------------------------------------------------
 
     def on_playback_ack(self, command: cmd.AckPlayback) -> None:
-        from .playback_ledger import apply_playback_ack
-
         try:
-            self.session.lease.touch(self.runner.clock(), LeaseActivity.PLAYBACK_ACK)
+            self.session.lease.touch(self.ctx.clock(), LeaseActivity.PLAYBACK_ACK)
         except Exception:
             return
         apply_playback_ack(self.session, self.out, command)
@@ -424,8 +417,6 @@ class ResponseFlow:
         self.out.item_retrieved(item)
 
     def on_truncate_item(self, command: cmd.TruncateItem) -> None:
-        from .playback_ledger import truncate_item
-
         truncate_item(self.session, self.out, command)
 
 
@@ -454,7 +445,3 @@ def _assistant_item(
         "status": "completed" if status == "completed" else "incomplete",
         "content": content,
     }
-
-
-def now_ms() -> float:
-    return time.perf_counter() * 1000.0

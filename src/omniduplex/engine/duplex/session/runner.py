@@ -1,7 +1,7 @@
 """The single writer of one session: an ordered mailbox on the orchestrator loop.
 
-Client commands, stage outputs, timers and internal items enter one FIFO mailbox and are
-handled one at a time. Slow work (decoding and resampling an append) runs in a tracked
+Client commands (admitted by the manager) and stage outputs enter one FIFO mailbox and
+are handled one at a time. Slow work (decoding and resampling an append) runs in a tracked
 task on the session's *input tail*, offloaded to the manager's thread pool; the worker
 never awaits it, so a cancel behind an append is handled at once. A tail task re-checks
 the session after every await and does nothing if the input it carried was cancelled.
@@ -18,49 +18,37 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ....protocol.duplex import commands as cmd
-from ..contracts import DuplexStagePort, StageSubmission, epoch_of_request
+from ..contracts import DuplexStagePort, epoch_of_request
 from ..plugin import DuplexModelPlugin
+from .context import (
+    Admission,
+    AdmissionLimits,
+    InputTail,
+    SessionContext,
+    StageOutputItem,
+    StageRequests,
+)
 from .emitter import SessionEmitter
 from .input_flow import InputFlow
 from .lease import LeaseActivity
 from .live_transcript import LiveTranscription
 from .response_flow import ResponseFlow
 from .state import DuplexEngineSession, SessionState
-from .turn_detection import TurnDetector
+
+__all__ = ["DuplexSessionRunner", "StageOutputItem"]
 
 log = logging.getLogger(__name__)
 
 EventSink = Callable[[Any], None]
 
 
-@dataclass(frozen=True, slots=True)
-class StageOutputItem:
-    request_id: str
-    data: dict[str, Any]
-    finished: bool
-    error: str | None
-    compute_s: float = 0.0
-    # Stage 0 addressed it to the session (a partial transcript), not to the next stage.
-    to_owner: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class TimerItem:
-    kind: str
-    payload: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class InternalItem:
-    run: Callable[[], Awaitable[None] | None]
-
-
 class DuplexSessionRunner:
-    """Owns one ``DuplexEngineSession`` and is the only code that mutates it."""
+    """Owns one ``DuplexEngineSession`` and is the only code that mutates it: itself, and
+    the parts it builds (input, responses, live transcription), each through the one
+    ``SessionContext`` it lends them."""
 
     def __init__(
         self,
@@ -71,29 +59,32 @@ class DuplexSessionRunner:
         sink: EventSink,
         offload: Callable[..., Awaitable[Any]],
         clock: Callable[[], float],
-        on_runtime_close: Callable[[str], None],
+        limits: AdmissionLimits,
         max_input_turn_s: float | None = None,
     ) -> None:
         self.session = session
-        self.plugin = plugin
-        self.stage_port = stage_port
         self.clock = clock
-        self.offload = offload
-        self._on_runtime_close = on_runtime_close
         self._mailbox: asyncio.Queue[Any] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
-        self._input_tail: asyncio.Task[None] | None = None
-        self._input_tasks: set[asyncio.Task[None]] = set()
         self.out = SessionEmitter(session, sink)
-        self.turns = TurnDetector.from_settings(
-            session.settings,
-            plugin.input_sample_rate_hz,
-            plugin.create_speech_classifier,
-            completion_model=plugin.turn_completion_model(),
+        self._stage = StageRequests(session, stage_port)
+        self._input_tail = InputTail(session, self.out)
+        self._admission = Admission(session, limits)
+        ctx = SessionContext(
+            session=session,
+            out=self.out,
+            plugin=plugin,
+            clock=clock,
+            offload=offload,
+            stage=self._stage,
+            input_tail=self._input_tail,
+            admission=self._admission,
         )
-        self.responses = ResponseFlow(self)
-        self.inputs = InputFlow(self, max_turn_s=max_input_turn_s)
-        self.live = LiveTranscription(self)
+        self.responses = ResponseFlow(ctx)
+        self.inputs = InputFlow(ctx, max_turn_s=max_input_turn_s)
+        self.live = LiveTranscription(ctx)
+        ctx.bind(inputs=self.inputs, responses=self.responses, transcripts=self.live)
+        self._handlers = self._build_handlers()
 
     # ---- lifecycle -------------------------------------------------------------
 
@@ -105,26 +96,51 @@ class DuplexSessionRunner:
 
     @property
     def closing(self) -> bool:
-        return self.session.state is not SessionState.OPEN
+        return not self.session.open
 
-    def submit(self, command: Any) -> None:
-        self._mailbox.put_nowait(command)
+    def admit(self, command: Any) -> bool:
+        """Reserve admission for ``command`` before it is queued (appends: their bytes,
+        commits: a pending turn); a refusal is answered with ``input_backpressure``."""
+        refusal = self._admission.reserve(command)
+        if refusal is not None:
+            self.out.error(
+                "input_backpressure", refusal, event_id=getattr(command, "event_id", None)
+            )
+            return False
+        return True
 
-    def on_stage_output(self, item: StageOutputItem) -> None:
+    def submit(self, item: Any) -> None:
+        """Queue a command (admitted) or a ``StageOutputItem`` on the mailbox."""
         self._mailbox.put_nowait(item)
 
-    def post(self, item: TimerItem | InternalItem) -> None:
-        self._mailbox.put_nowait(item)
+    def touch(self, activity: LeaseActivity, *, expected_generation: int | None = None) -> int:
+        """Record lease activity reported by an RPC (not a mailbox command):
+        ``DETACH`` starts the disconnect grace of lease ``expected_generation``. Returns
+        the lease generation; raises ``LeaseGenerationMismatch`` for a stale one."""
+        lease = self.session.lease
+        if activity is LeaseActivity.DETACH:
+            lease.detach(self.clock(), expected_generation=expected_generation)
+        else:
+            lease.touch(self.clock(), activity)
+        return lease.generation
 
-    async def stop(self, reason: str, *, expired: bool = False) -> list[str]:
-        """Tear the session down; returns the stage request ids that must be cleaned up.
+    def resume(self, expected_generation: int) -> int:
+        """A connection resumes the session: the lease's compare-and-swap on its
+        generation; returns the new generation."""
+        return self.session.lease.resume(self.clock(), expected_generation=expected_generation)
 
-        The terminal event itself is emitted by the manager after stage cleanup.
+    async def stop(self, reason: str) -> list[str]:
+        """End the lease and tear the session down; returns the stage request ids that
+        must be cleaned up.
+
+        The terminal event itself is emitted by the manager after stage cleanup
+        (``emit_terminal``).
         """
         session = self.session
+        session.lease.mark_terminal(reason)
         if session.state is SessionState.OPEN:
             session.state = SessionState.CLOSING
-        self.cancel_input_tasks()
+        self._input_tail.cancel()
         request_ids = self.responses.abandon()
         if self._worker is not None and self._worker is not asyncio.current_task():
             self._worker.cancel()
@@ -152,14 +168,8 @@ class DuplexSessionRunner:
     async def _handle(self, item: Any) -> None:
         if isinstance(item, StageOutputItem):
             self._on_stage_output(item)
-        elif isinstance(item, TimerItem):
-            self.inputs.on_timer(item)
-        elif isinstance(item, InternalItem):
-            result = item.run()
-            if asyncio.iscoroutine(result):
-                await result
         elif self.closing:
-            self.release_admission(item)
+            self._admission.release(item)
             self.out.error(
                 "session_closed",
                 f"Duplex session is closing: {self.session.session_id}",
@@ -168,15 +178,8 @@ class DuplexSessionRunner:
         else:
             self._on_command(item)
 
-    def release_admission(self, command: Any) -> None:
-        session = self.session
-        if isinstance(command, cmd.AppendAudio):
-            session.reserved_input_bytes = max(0, session.reserved_input_bytes - len(command.audio))
-        elif isinstance(command, cmd.Commit):
-            session.pending_turns = max(0, session.pending_turns - 1)
-
     def _on_command(self, command: Any) -> None:
-        handler = self._handlers().get(type(command))
+        handler = self._handlers.get(type(command))
         if handler is None:
             self.out.error(
                 "unknown_event",
@@ -186,28 +189,30 @@ class DuplexSessionRunner:
             return
         handler(command)
 
-    def _handlers(self) -> dict[type, Callable[[Any], None]]:
-        inputs, responses = self.inputs, self.responses
+    def _build_handlers(self) -> dict[type, Callable[[Any], None]]:
+        """The command table, built once per session. Commands that refer to the input
+        before them (a commit, text, a response.create, an update) wait for the appends
+        still being decoded."""
+        inputs, responses, after = self.inputs, self.responses, self._input_tail.after
+        release = self._admission.release
         return {
             cmd.AppendAudio: inputs.on_append,
-            cmd.Commit: lambda c: self.after_input(
-                lambda: inputs.on_commit(c), on_skip=lambda: self.release_admission(c)
-            ),
+            cmd.Commit: lambda c: after(lambda: inputs.on_commit(c), on_skip=lambda: release(c)),
             cmd.ClearInput: inputs.on_clear,
-            cmd.AppendText: lambda c: self.after_input(lambda: inputs.on_append_text(c)),
-            cmd.CreateResponse: lambda c: self.after_input(lambda: responses.on_create(c)),
+            cmd.AppendText: lambda c: after(lambda: inputs.on_append_text(c)),
+            cmd.CreateResponse: lambda c: after(lambda: responses.on_create(c)),
             cmd.CancelResponse: self._on_cancel_response,
             cmd.ClearOutputAudio: responses.on_clear_output,
             cmd.CancelInput: responses.on_barge_in,
             cmd.BargeIn: responses.on_barge_in,
             cmd.AckPlayback: responses.on_playback_ack,
             cmd.Heartbeat: self._on_heartbeat,
-            cmd.UpdateSession: lambda c: self.after_input(lambda: inputs.on_session_update(c)),
-            cmd.CreateItem: lambda c: self.after_input(lambda: inputs.on_create_item(c)),
+            cmd.UpdateSession: lambda c: after(lambda: inputs.on_session_update(c)),
+            cmd.CreateItem: lambda c: after(lambda: inputs.on_create_item(c)),
             cmd.DeleteItem: responses.on_delete_item,
             cmd.TruncateItem: responses.on_truncate_item,
             cmd.RetrieveItem: responses.on_retrieve_item,
-            cmd.SignalTurn: inputs.on_signal_turn,
+            cmd.SignalTurn: self._on_signal_turn,
         }
 
     def _on_cancel_response(self, command: cmd.CancelResponse) -> None:
@@ -216,12 +221,19 @@ class DuplexSessionRunner:
         response this cancel means: the cancel then keeps its place behind that input."""
         responses = self.responses
         if self.session.response is None and self.input_busy:
-            self.after_input(
+            self._input_tail.after(
                 lambda: responses.on_cancel_response(command),
                 on_skip=lambda: responses.on_cancel_response(command),
             )
             return
         responses.on_cancel_response(command)
+
+    def _on_signal_turn(self, command: cmd.SignalTurn) -> None:
+        """``turn.signal`` with ``barge_in`` is a barge-in; any other event is a relabel."""
+        if command.event == "barge_in":
+            self.responses.on_barge_in(cmd.BargeIn(event_id=command.event_id))
+            return
+        self.inputs.on_signal_turn(command)
 
     def _on_heartbeat(self, command: Any) -> None:
         try:
@@ -235,88 +247,15 @@ class DuplexSessionRunner:
 
     @property
     def input_busy(self) -> bool:
-        return self._input_tail is not None and not self._input_tail.done()
-
-    def track_input(self, work: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
-        """Run ``work`` after every earlier input task, without blocking the mailbox.
-
-        The task may be cancelled before ``work`` ever starts (a cancel right behind it):
-        whatever it owes on every path belongs in a done callback, not in ``work``.
-        """
-        previous = self._input_tail
-
-        async def chained() -> None:
-            if previous is not None and not previous.done():
-                # Waits without inheriting the previous task's failure or cancellation,
-                # while a cancel of this task still propagates.
-                await asyncio.wait([previous])
-            await work()
-
-        task = asyncio.get_running_loop().create_task(chained())
-        self._input_tail = task
-        self._input_tasks.add(task)
-        task.add_done_callback(self._input_done)
-        return task
-
-    def _input_done(self, task: asyncio.Task[None]) -> None:
-        self._input_tasks.discard(task)
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            log.error("session %s: input task failed", self.session.session_id, exc_info=exc)
-            self.out.error("runtime_append_task_failed", f"append failed: {exc}", retryable=False)
-
-    def after_input(
-        self, step: Callable[[], None], *, on_skip: Callable[[], None] | None = None
-    ) -> None:
-        """Handle ``step`` now, or after the in-flight appends when there are some.
-
-        ``on_skip`` runs instead when a deferred step never runs (its input was
-        cancelled, or the session closed).
-        """
-        if not self.input_busy:
-            step()
-            return
-        generation = self.session.input_generation
-        ran = False
-
-        async def deferred() -> None:
-            nonlocal ran
-            if self.closing:
-                return
-            if self.session.input_generation != generation:
-                # The input this step referred to was cancelled; the cancel answered it.
-                return
-            ran = True
-            step()
-
-        def skipped(_task: asyncio.Task[None]) -> None:
-            if not ran and on_skip is not None:
-                on_skip()
-
-        self.track_input(deferred).add_done_callback(skipped)
-
-    def cancel_input_tasks(self) -> bool:
-        """Cancel in-flight input work; True if there was any."""
-        pending = [t for t in self._input_tasks if not t.done()]
-        for task in pending:
-            task.cancel()
-        self._input_tail = None
-        return bool(pending)
-
-    # ---- stage requests -----------------------------------------------------------
-
-    def submit_stage(self, submission: StageSubmission) -> None:
-        self.session.request_ids.add(submission.request_id)
-        self.stage_port.submit(submission)
+        """Appends are still being decoded."""
+        return self._input_tail.busy
 
     # ---- stage outputs ----------------------------------------------------------
 
     def _on_stage_output(self, item: StageOutputItem) -> None:
         epoch = epoch_of_request(item.request_id)
         if item.finished:
-            self.session.request_ids.discard(item.request_id)
+            self._stage.finished(item.request_id)
         if self.closing or epoch is None or epoch != self.session.epoch:
             return  # stale: its epoch was cancelled (its terminal events are already out)
         try:

@@ -1,6 +1,8 @@
 """The state of one session: identity, input turn, active response, playback, ledgers.
 
-Mutated only by the session's runner on the orchestrator loop (single writer).
+Mutated only by the session's runner (and the parts it hands a ``SessionContext``) on
+the orchestrator loop (single writer). The turn state and the active response change
+together, through one transition function (``DuplexEngineSession.advance``).
 """
 
 from __future__ import annotations
@@ -29,12 +31,75 @@ class SessionState(enum.StrEnum):
 
 
 class TurnState(enum.StrEnum):
+    """What the conversation did last, as the session object's ``turn_state`` and the
+    ``turn.event`` echo report it. The user may speak while a response is active (overlap),
+    so a user state does not say that no response is active: ``session.response`` does."""
+
     IDLE = "idle"
     USER_SPEAKING = "user_speaking"
     USER_COMMITTED = "user_committed"
     ASSISTANT_GENERATING = "assistant_generating"
     ASSISTANT_PLAYING = "assistant_playing"
     BARGE_IN = "barge_in"
+
+
+class TurnStep(enum.Enum):
+    """What happened, as the one transition function ``DuplexEngineSession.advance`` takes
+    it. The ``SIGNAL_*`` steps are a client's ``turn.signal``: they relabel the turn state
+    and never touch the response."""
+
+    USER_SPEECH = "user_speech"
+    USER_COMMIT = "user_commit"
+    RESPONSE_START = "response_start"
+    RESPONSE_AUDIO = "response_audio"
+    RESPONSE_END = "response_end"
+    # The session is closing: the response is dropped without terminal events.
+    RESPONSE_ABANDON = "response_abandon"
+    EPOCH_ADVANCED = "epoch_advanced"
+    SIGNAL_USER_STARTED = "user_started"
+    SIGNAL_USER_COMMITTED = "user_committed"
+    SIGNAL_ASSISTANT_STARTED = "assistant_started"
+    SIGNAL_ASSISTANT_DONE = "assistant_done"
+
+
+class IllegalTurnTransition(RuntimeError):
+    """A step that the session's response state does not allow (a bug in the runner)."""
+
+    def __init__(self, step: TurnStep, state: TurnState, active: str | None) -> None:
+        where = f"response {active} active" if active else "no response active"
+        super().__init__(f"illegal turn step {step.value} in {state.value} with {where}")
+        self.step = step
+        self.state = state
+
+
+class _Needs(enum.Enum):
+    """What a step requires of the active response."""
+
+    NONE_ACTIVE = "none_active"
+    ACTIVE = "active"
+    ANY = "any"
+
+
+# step -> (what it requires of the active response, the turn state after it; None: kept)
+_STEPS: dict[TurnStep, tuple[_Needs, TurnState | None]] = {
+    TurnStep.USER_SPEECH: (_Needs.ANY, TurnState.USER_SPEAKING),
+    TurnStep.USER_COMMIT: (_Needs.ANY, TurnState.USER_COMMITTED),
+    TurnStep.RESPONSE_START: (_Needs.NONE_ACTIVE, TurnState.ASSISTANT_GENERATING),
+    TurnStep.RESPONSE_AUDIO: (_Needs.ACTIVE, TurnState.ASSISTANT_PLAYING),
+    TurnStep.RESPONSE_END: (_Needs.ACTIVE, TurnState.IDLE),
+    TurnStep.RESPONSE_ABANDON: (_Needs.ANY, None),
+    TurnStep.EPOCH_ADVANCED: (_Needs.ANY, TurnState.BARGE_IN),
+    TurnStep.SIGNAL_USER_STARTED: (_Needs.ANY, TurnState.USER_SPEAKING),
+    TurnStep.SIGNAL_USER_COMMITTED: (_Needs.ANY, TurnState.USER_COMMITTED),
+    TurnStep.SIGNAL_ASSISTANT_STARTED: (_Needs.ANY, TurnState.ASSISTANT_GENERATING),
+    TurnStep.SIGNAL_ASSISTANT_DONE: (_Needs.ANY, TurnState.IDLE),
+}
+
+# ``turn.signal`` events that move the turn state (others are echoed with it unchanged;
+# ``barge_in`` is a barge-in command, not a relabel).
+SIGNAL_STEPS: dict[str, TurnStep] = {
+    step.value: step for step in _STEPS if step.name.startswith("SIGNAL_")
+}
 
 
 def new_item_id() -> str:
@@ -92,8 +157,6 @@ class ActiveResponse:
 
     response_id: str
     item_id: str
-    epoch: int
-    turn_id: int
     input_commit_seq: int
     modalities: tuple[str, ...]
     conversation: str = "auto"
@@ -152,15 +215,14 @@ class DuplexEngineSession:
     lease: DuplexLeaseState
     model_state: Any
     state: SessionState = SessionState.OPEN
-    turn_state: TurnState = TurnState.IDLE
     epoch: int = 0
     turn_id: int = 0
     input_generation: int = 0
     commit_seq: int = 0
     input: InputTurn = field(default_factory=InputTurn)
-    response: ActiveResponse | None = None
     last_response_id: str | None = None
-    deferred_commit: dict[str, Any] | None = None
+    # The audio of a turn committed while a response was active, answered when it ends.
+    deferred_commit: np.ndarray | None = None
     committed_input: np.ndarray | None = None
     pending_user_text: str = ""
     overlap_speech_ms: int = 0
@@ -170,6 +232,42 @@ class DuplexEngineSession:
     pending_turns: int = 0
     response_counter: int = 0
     request_ids: set[str] = field(default_factory=set)
+    # Written only by ``advance``: read them as ``turn_state`` and ``response``.
+    _turn_state: TurnState = field(default=TurnState.IDLE, init=False)
+    _response: ActiveResponse | None = field(default=None, init=False)
+
+    @property
+    def turn_state(self) -> TurnState:
+        return self._turn_state
+
+    @property
+    def response(self) -> ActiveResponse | None:
+        """The active response (one at a time), or None."""
+        return self._response
+
+    def advance(self, step: TurnStep, response: ActiveResponse | None = None) -> None:
+        """The one transition of the turn state and the active response.
+
+        ``RESPONSE_START`` makes ``response`` the active one and needs none active;
+        ``RESPONSE_AUDIO`` and ``RESPONSE_END`` need one active, and ``RESPONSE_END`` and
+        ``RESPONSE_ABANDON`` leave none. Any other use raises ``IllegalTurnTransition``.
+        """
+        needs, target = _STEPS[step]
+        active = self._response
+        if (
+            (needs is _Needs.NONE_ACTIVE and active is not None)
+            or (needs is _Needs.ACTIVE and active is None)
+            or ((step is TurnStep.RESPONSE_START) != (response is not None))
+        ):
+            raise IllegalTurnTransition(
+                step, self._turn_state, active.response_id if active else None
+            )
+        if step is TurnStep.RESPONSE_START:
+            self._response = response
+        elif step in (TurnStep.RESPONSE_END, TurnStep.RESPONSE_ABANDON):
+            self._response = None
+        if target is not None:
+            self._turn_state = target
 
     @property
     def fence(self) -> DuplexFence:
@@ -180,13 +278,12 @@ class DuplexEngineSession:
         return self.state is SessionState.OPEN
 
     def advance_epoch(self) -> int:
+        """A cancel: everything of the old epoch is stale from here on."""
         self.epoch += 1
-        self.turn_state = TurnState.BARGE_IN
+        self.advance(TurnStep.EPOCH_ADVANCED)
         return self.epoch
 
-    def cursor(self, response_id: str | None) -> PlaybackCursor:
-        if response_id is None:
-            return PlaybackCursor()
+    def cursor(self, response_id: str) -> PlaybackCursor:
         return self.playback.setdefault(response_id, PlaybackCursor())
 
     def current_playback(self) -> PlaybackCursor:

@@ -53,9 +53,6 @@ class CascadeSessionState(DuplexModelSessionState):
 
     responses_planned: int = 0
 
-    def reset_turn(self) -> None:
-        """Nothing per turn: the whole turn arrives with ``plan_response``."""
-
 
 class CascadeDataPlane(DuplexDataPlane):
     """Maps the TTS stage's outputs (and what it passes through) to model results."""

@@ -38,10 +38,6 @@ class LoopbackSessionState(DuplexModelSessionState):
     session's modalities in force from its request)."""
 
     responses_planned: int = 0
-    turns_reset: int = 0
-
-    def reset_turn(self) -> None:
-        self.turns_reset += 1
 
 
 class LoopbackDataPlane(DuplexDataPlane):

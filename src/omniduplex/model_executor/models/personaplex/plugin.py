@@ -58,9 +58,6 @@ class PersonaPlexSessionState(DuplexModelSessionState):
     epoch_sent: int | None = None
     units: int = 0
 
-    def reset_turn(self) -> None:
-        """Nothing per turn: the model listens all the time."""
-
 
 class PersonaPlexDataPlane(DuplexDataPlane):
     def project(self, data: Mapping[str, Any]) -> Sequence[ModelResult]:

@@ -1,0 +1,343 @@
+"""The narrow view the parts of a session runner work through.
+
+A ``DuplexSessionRunner`` is split into parts: ``InputFlow`` (appends, commits, items,
+session updates), ``ResponseFlow`` (responses, cancels, playback) and
+``LiveTranscription`` (transcribing the user while they speak). None of them sees the
+runner. Each gets a ``SessionContext``: the session it may change (on the orchestrator
+loop, inside a mailbox step of its runner), the emitter, the plugin, the clock and the
+thread pool, the session's stage requests, its input tail and its admission
+reservations, and its peers through the three small interfaces below (``Inputs``,
+``Responses``, ``Transcripts``), so the part modules import this module and not each
+other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ....protocol.duplex import commands as cmd
+from ..contracts import DuplexStagePort, StageSubmission
+
+if TYPE_CHECKING:
+    from ..plugin import DuplexModelPlugin, ModelInputTranscript
+    from .emitter import SessionEmitter
+    from .state import DuplexEngineSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StageOutputItem:
+    """One stage output addressed to the session, as its mailbox carries it."""
+
+    request_id: str
+    data: dict[str, Any]
+    finished: bool
+    error: str | None
+    compute_s: float = 0.0
+    # Stage 0 addressed it to the session (a partial transcript), not to the next stage.
+    to_owner: bool = False
+
+
+# ---- the peers ---------------------------------------------------------------------
+
+
+class Inputs(ABC):
+    """What the other parts ask of the session's input."""
+
+    @abstractmethod
+    def drop_input(self) -> bool:
+        """Forget buffered and in-flight input; True if there was any."""
+
+    @abstractmethod
+    def promote_deferred(self, audio: np.ndarray) -> None:
+        """Answer the turn (its ``audio``) committed while a response was active."""
+
+    @abstractmethod
+    def on_model_transcript(
+        self, result: ModelInputTranscript, *, request_id: str | None = None
+    ) -> None:
+        """A model reported a final transcript of user input."""
+
+
+class Responses(ABC):
+    """What the other parts ask of the session's responses."""
+
+    @abstractmethod
+    def start(
+        self, *, options: dict[str, Any] | None = None, carried_by: str | None = None
+    ) -> None:
+        """Open a response for the committed input; ``carried_by``: the stage request
+        that already holds the committed turn (live transcription)."""
+
+    @abstractmethod
+    def cancel(self, reason: str, *, clear_output: bool = False) -> bool:
+        """Cancel the active response; False when none is active."""
+
+
+@dataclass(frozen=True, slots=True)
+class FinalTranscript:
+    """The final transcript of a committed utterance: its user item and the delta that
+    completes the transcript deltas already sent for it ('' when none is owed)."""
+
+    item_id: str
+    delta: str
+
+
+class Transcripts(ABC):
+    """What the other parts ask of live transcription."""
+
+    @abstractmethod
+    def begin(self, item_id: str, start_sample: int) -> None:
+        """Speech started at ``start_sample`` of the turn's audio."""
+
+    @abstractmethod
+    def feed(self, samples: np.ndarray) -> None:
+        """More of the turn's audio (already in the turn) while the user speaks."""
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Forget the utterance being spoken."""
+
+    @abstractmethod
+    def hand_over(self) -> str | None:
+        """The stage request of the committed utterance, for the response that answers
+        it; None: the response gets the turn's audio instead."""
+
+    @abstractmethod
+    def finish_transcript_only(self) -> None:
+        """The committed utterance gets no response now: close it for its transcript."""
+
+    @abstractmethod
+    def take_final(self, request_id: str, transcript: str) -> FinalTranscript | None:
+        """The utterance whose request reported ``transcript`` as final, if one is owed."""
+
+    @abstractmethod
+    def forget(self, request_ids: list[str]) -> None:
+        """A response ended: utterances its requests carried will report nothing more."""
+
+
+# ---- what the runner owns and lends ---------------------------------------------------
+
+
+class StageRequests:
+    """The session's stage requests: every submit and abort keeps ``request_ids`` (what
+    the manager cleans up at close) true."""
+
+    def __init__(self, session: DuplexEngineSession, port: DuplexStagePort) -> None:
+        self._session = session
+        self.port = port
+
+    def submit(self, submission: StageSubmission) -> None:
+        self._session.request_ids.add(submission.request_id)
+        self.port.submit(submission)
+
+    def abort(self, request_ids: list[str]) -> None:
+        """Abort requests; they need no cleanup at close any more."""
+        self.port.abort_requests(request_ids)
+        self._session.request_ids.difference_update(request_ids)
+
+    def finished(self, request_id: str) -> None:
+        """The stage finished the request by itself."""
+        self._session.request_ids.discard(request_id)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionLimits:
+    """How much input one session may have queued ahead of its runner."""
+
+    max_pending_input_bytes: int
+    max_pending_turns: int
+
+
+class Admission:
+    """Reservations of input accepted onto the mailbox but not yet handled: the bytes of
+    appends still to be decoded and the commits still queued. Reserved when the manager
+    dispatches a command, released on every path the command takes (handled, failed,
+    cancelled, refused because the session closed)."""
+
+    def __init__(self, session: DuplexEngineSession, limits: AdmissionLimits) -> None:
+        self._session = session
+        self.limits = limits
+
+    def reserve(self, command: Any) -> str | None:
+        """Reserve room for ``command``; the refusal's message when there is none."""
+        session = self._session
+        if isinstance(command, cmd.AppendAudio):
+            size = len(command.audio)
+            if session.reserved_input_bytes + size > self.limits.max_pending_input_bytes:
+                return "Duplex session has too many pending input bytes"
+            session.reserved_input_bytes += size
+        elif isinstance(command, cmd.Commit):
+            if session.pending_turns >= self.limits.max_pending_turns:
+                return "Duplex session has too many pending input turns"
+            session.pending_turns += 1
+        return None
+
+    def release(self, command: Any) -> None:
+        """Give back what ``reserve`` took for ``command`` (once per command)."""
+        session = self._session
+        if isinstance(command, cmd.AppendAudio):
+            session.reserved_input_bytes = max(0, session.reserved_input_bytes - len(command.audio))
+        elif isinstance(command, cmd.Commit):
+            session.pending_turns = max(0, session.pending_turns - 1)
+
+
+class InputTail:
+    """Slow input work (decoding an append), chained in arrival order off the mailbox.
+
+    The mailbox worker never awaits it: a cancel behind an append is handled at once and
+    cancels the tail (``cancel``). Steps that must follow the appends before them (a
+    commit, a response.create) wait on the tail through ``after``.
+    """
+
+    def __init__(self, session: DuplexEngineSession, out: SessionEmitter) -> None:
+        self._session = session
+        self._out = out
+        self._tail: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def busy(self) -> bool:
+        return self._tail is not None and not self._tail.done()
+
+    def track(self, work: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+        """Run ``work`` after every earlier input task, without blocking the mailbox.
+
+        The task may be cancelled before ``work`` ever starts (a cancel right behind it):
+        whatever it owes on every path belongs in a done callback, not in ``work``.
+        """
+        previous = self._tail
+
+        async def chained() -> None:
+            if previous is not None and not previous.done():
+                # Waits without inheriting the previous task's failure or cancellation,
+                # while a cancel of this task still propagates.
+                await asyncio.wait([previous])
+            await work()
+
+        task = asyncio.get_running_loop().create_task(chained())
+        self._tail = task
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("session %s: input task failed", self._session.session_id, exc_info=exc)
+            self._out.error("runtime_append_task_failed", f"append failed: {exc}", retryable=False)
+
+    def after(self, step: Callable[[], None], *, on_skip: Callable[[], None] | None = None) -> None:
+        """Handle ``step`` now, or after the in-flight appends when there are some.
+
+        ``on_skip`` runs instead when a deferred step never runs (its input was
+        cancelled, or the session closed).
+        """
+        if not self.busy:
+            step()
+            return
+        session = self._session
+        generation = session.input_generation
+        ran = False
+
+        async def deferred() -> None:
+            nonlocal ran
+            if not session.open:
+                return
+            if session.input_generation != generation:
+                # The input this step referred to was cancelled; the cancel answered it.
+                return
+            ran = True
+            step()
+
+        def skipped(_task: asyncio.Task[None]) -> None:
+            if not ran and on_skip is not None:
+                on_skip()
+
+        self.track(deferred).add_done_callback(skipped)
+
+    def cancel(self) -> bool:
+        """Cancel in-flight input work; True if there was any."""
+        pending = [t for t in self._tasks if not t.done()]
+        for task in pending:
+            task.cancel()
+        self._tail = None
+        return bool(pending)
+
+
+class SessionContext:
+    """Everything a part of the runner may use; built by the runner, one per session.
+
+    The peers (``inputs``, ``responses``, ``transcripts``) are bound once, by the runner,
+    after it has built the parts (each part needs the others).
+    """
+
+    __slots__ = (
+        "_inputs",
+        "_responses",
+        "_transcripts",
+        "admission",
+        "clock",
+        "input_tail",
+        "offload",
+        "out",
+        "plugin",
+        "session",
+        "stage",
+    )
+
+    def __init__(
+        self,
+        *,
+        session: DuplexEngineSession,
+        out: SessionEmitter,
+        plugin: DuplexModelPlugin,
+        clock: Callable[[], float],
+        offload: Callable[..., Awaitable[Any]],
+        stage: StageRequests,
+        input_tail: InputTail,
+        admission: Admission,
+    ) -> None:
+        self.session = session
+        self.out = out
+        self.plugin = plugin
+        self.clock = clock
+        self.offload = offload
+        self.stage = stage
+        self.input_tail = input_tail
+        self.admission = admission
+        self._inputs: Inputs | None = None
+        self._responses: Responses | None = None
+        self._transcripts: Transcripts | None = None
+
+    def bind(self, *, inputs: Inputs, responses: Responses, transcripts: Transcripts) -> None:
+        self._inputs, self._responses, self._transcripts = inputs, responses, transcripts
+
+    @property
+    def inputs(self) -> Inputs:
+        if self._inputs is None:
+            raise RuntimeError("SessionContext.bind was not called")
+        return self._inputs
+
+    @property
+    def responses(self) -> Responses:
+        if self._responses is None:
+            raise RuntimeError("SessionContext.bind was not called")
+        return self._responses
+
+    @property
+    def transcripts(self) -> Transcripts:
+        if self._transcripts is None:
+            raise RuntimeError("SessionContext.bind was not called")
+        return self._transcripts
