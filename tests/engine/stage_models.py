@@ -311,3 +311,9 @@ class RaiseInConstructorDouble(ExitInConstructorDouble):
 
     def __init__(self, message: str = "weights not found") -> None:
         raise FileNotFoundError(message)
+
+
+class ShoutTaskChunker(UpperChunker):
+    """``UpperChunker`` offering the standalone stage task ``shout``."""
+
+    tasks = frozenset({"shout"})

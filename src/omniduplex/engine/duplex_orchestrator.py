@@ -12,6 +12,10 @@ turn-based requests still work on a duplex deployment) and implements the
   ``DuplexSessionManager.on_stage_output``; a request that no stage holds any more is
   forgotten;
 - a dead worker ends the sessions whose requests it held;
+- a turn response (``StartTurnResponse``: a chat completion, no session) is planned with
+  the plugin, run as a request owned by ``TURN_RESPONSE_OWNER``, and each of its stage
+  outputs is projected with the plugin's data plane here, so the caller receives model
+  results (``TurnResponseOutput``), never raw stage data;
 - the manager's reaper runs as a background task, and shutdown closes every session.
 
 Everything runs on the orchestrator loop; nothing is locked.
@@ -46,7 +50,18 @@ from .duplex.runtime_config import DuplexSessionRuntimeConfig
 from .duplex.session.lease import LeaseActivity
 from .duplex.session.manager import DuplexSessionManager
 from .duplex.session.runner import StageOutputItem
-from .orchestrator import Orchestrator, OutputSink
+from .duplex.turn_response import (
+    TURN_RESPONSE_OWNER,
+    StartTurnResponse,
+    TurnFailure,
+    TurnProjection,
+    TurnResponseError,
+    TurnResponseOutput,
+    TurnResponsePlanner,
+    TurnResponseRequest,
+    stage_failure,
+)
+from .orchestrator import Orchestrator, OutputSink, RequestState
 from .stage.handle import StageHandle
 from .stage.messages import StageInput, StageOutput, WorkerDied
 
@@ -75,6 +90,7 @@ class DuplexOrchestrator(Orchestrator, DuplexStagePort):
         super().__init__(stages=stages, output_sink=output_sink, pipeline=pipeline)
         self.plugin = plugin
         self.runtime = runtime
+        self.turn_planner = TurnResponsePlanner(plugin)
         self._reaper_stop = asyncio.Event()
         self._side_tasks: set[asyncio.Task[Any]] = set()
         served = pipeline.served_model_name if pipeline is not None else None
@@ -134,6 +150,9 @@ class DuplexOrchestrator(Orchestrator, DuplexStagePort):
         state = self.get_request(output.request_id)
         if state is None or state.owner is None:
             return False
+        if state.owner == TURN_RESPONSE_OWNER:
+            self._route_turn_response(state, stage_index, output)
+            return True
         if not state.owner.startswith(SESSION_OWNER_PREFIX):
             return False
         session_id = session_id_of_request(output.request_id)
@@ -163,16 +182,100 @@ class DuplexOrchestrator(Orchestrator, DuplexStagePort):
             self.abort_request(output.request_id)
         return True
 
+    # ---- turn responses --------------------------------------------------------------
+
+    def _start_turn_response(self, request: TurnResponseRequest) -> None:
+        request_id = request.request_id
+        try:
+            if self._dead_reason is not None:
+                raise TurnResponseError(
+                    TurnFailure.UNAVAILABLE, "engine_unavailable", self._dead_reason
+                )
+            if self.get_request(request_id) is not None:
+                raise TurnResponseError(
+                    TurnFailure.REFUSED,
+                    "duplicate_request_id",
+                    f"request id {request_id!r} is already in use",
+                )
+            data = self.turn_planner.plan(request)
+        except TurnResponseError as failure:
+            self._emit(TurnResponseOutput.failed(request_id, failure))
+            return
+        self.register_request(request_id, owner=TURN_RESPONSE_OWNER)
+        self._submit_turn_input(0, request_id, StageInput(data, final=True))
+
+    def _submit_turn_input(self, stage_index: int, request_id: str, inputs: StageInput) -> None:
+        if not self.submit_stage_input(stage_index, request_id, inputs) and (
+            self.get_request(request_id) is None
+        ):
+            # The stage was unavailable and the owned request failed silently.
+            stage = self.stage(stage_index)
+            failure = stage_failure(f"stage {stage_index} ({stage.name}) is unavailable")
+            self._emit(TurnResponseOutput.failed(request_id, failure, stage_index=stage_index))
+
+    def _route_turn_response(
+        self, state: RequestState, stage_index: int, output: StageOutput
+    ) -> None:
+        request_id = state.request_id
+        if output.error is not None:
+            self.abort_request(request_id)
+            failure = stage_failure(output.error)
+            self._emit(TurnResponseOutput.failed(request_id, failure, stage_index=stage_index))
+            return
+        final_stage = stage_index == state.final_stage_index
+        projection = TurnProjection(())
+        if final_stage or output.to_owner:
+            # The final stage's outputs are the answer; a word addressed to the owner on
+            # the way (a partial transcript) is projected as well.
+            projection = self.turn_planner.project(output.data)
+        else:
+            next_input = self._build_next_stage_input(stage_index, output)
+            if next_input is not None:
+                self._submit_turn_input(stage_index + 1, request_id, next_input)
+                if self.get_request(request_id) is None:
+                    return  # the next stage could not take it (reported)
+        done = (
+            projection.ended
+            or (final_stage and output.finished)
+            or (output.finished and not state.live_stages)
+        )
+        if done:
+            # Whatever a stage still holds is no longer needed.
+            self.abort_request(request_id)
+        if projection.results or done:
+            failure = projection.failure
+            self._emit(
+                TurnResponseOutput(
+                    request_id=request_id,
+                    data=output.data,
+                    finished=done,
+                    error=failure.message if failure is not None else None,
+                    stage_index=stage_index,
+                    metrics=output.metrics,
+                    stage_metrics=dict(state.stage_metrics),
+                    results=projection.results,
+                    failure=failure,
+                )
+            )
+
     # ---- worker death ----------------------------------------------------------------
 
     def _on_worker_died(self, event: WorkerDied) -> None:
         owned = {
             rid for rid in event.request_ids_in_flight if session_id_of_request(rid) is not None
         }
+        turns = [
+            rid
+            for rid in event.request_ids_in_flight
+            if (state := self.get_request(rid)) is not None and state.owner == TURN_RESPONSE_OWNER
+        ]
         super()._on_worker_died(event)
+        stage = self.stage(event.stage_index)
+        reason = f"stage {stage.index} ({stage.name}) worker died: {event.reason}"
+        for request_id in turns:
+            failure = stage_failure(reason)
+            self._emit(TurnResponseOutput.failed(request_id, failure, stage_index=stage.index))
         if owned:
-            stage = self.stage(event.stage_index)
-            reason = f"stage {stage.index} ({stage.name}) worker died: {event.reason}"
             self._spawn(self.manager.close_sessions_of_requests(owned, reason))
 
     # ---- client messages ---------------------------------------------------------------
@@ -180,6 +283,9 @@ class DuplexOrchestrator(Orchestrator, DuplexStagePort):
     def _dispatch_message(self, message: object) -> bool:
         if isinstance(message, SessionCommandMessage):
             self.manager.dispatch(message.session_id, message.command)
+            return True
+        if isinstance(message, StartTurnResponse):
+            self._start_turn_response(message.request)
             return True
         if isinstance(message, AbandonOpenMessage):
             if message.session_id in self.manager.runners:

@@ -7,7 +7,8 @@ worker death. Subclasses change behaviour only through the template seams
 (``_dispatch_message``, ``_handle_rpc``, ``_intercept_stage_output``,
 ``_build_next_stage_input``, ``_on_worker_died``, ``_on_request_finished``,
 ``_background_tasks``, ``_shutdown_extensions``). ``Orchestrator`` adds turn-based
-admission: a client's ``AddRequest`` enters stage 0.
+admission: a client's ``AddRequest`` enters stage 0, an ``AddStageRequest`` (a stage task,
+``stage/tasks.py``) enters the stage it names and ends there.
 
 Everything here runs on the orchestrator loop; nothing is locked.
 """
@@ -65,6 +66,16 @@ class _Envelope:
     message: object
     # Set for an RPC: resolved with the handler's result on the orchestrator loop.
     reply: concurrent.futures.Future[Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AddStageRequest:
+    """Client message: open a request on one stage alone; that stage's outputs are the
+    answer (a standalone stage task)."""
+
+    request_id: str
+    stage_index: int
+    inputs: StageInput
 
 
 class OrchestratorBase:
@@ -485,12 +496,22 @@ class OrchestratorBase:
 class Orchestrator(OrchestratorBase):
     """Turn-based admission: a client's ``AddRequest`` opens the request on stage 0.
 
-    A client ``UpdateRequest`` streams more input into stage 0 of its open request.
+    A client ``UpdateRequest`` streams more input into stage 0 of its open request. An
+    ``AddStageRequest`` opens a request on the stage it names, whose outputs are final.
     """
 
     def _dispatch_message(self, message: object) -> bool:
         if isinstance(message, AddRequest):
-            self._admit(message)
+            self._admit(message.request_id, message.inputs, stage_index=0, final_stage_index=None)
+            return True
+        if isinstance(message, AddStageRequest):
+            stage_index = message.stage_index
+            self._admit(
+                message.request_id,
+                message.inputs,
+                stage_index=stage_index,
+                final_stage_index=stage_index,
+            )
             return True
         if isinstance(message, UpdateRequest):
             if not self.submit_stage_input(0, message.request_id, message.inputs):
@@ -498,20 +519,32 @@ class Orchestrator(OrchestratorBase):
             return True
         return super()._dispatch_message(message)
 
-    def _admit(self, message: AddRequest) -> None:
+    def _admit(
+        self,
+        request_id: str,
+        inputs: StageInput,
+        *,
+        stage_index: int,
+        final_stage_index: int | None,
+    ) -> None:
+        """Open a client request on ``stage_index``; it ends on ``final_stage_index``
+        (``None``: the last stage)."""
         if self._dead_reason is not None:
-            self._reject(message.request_id, self._dead_reason)
+            self._reject(request_id, self._dead_reason)
             return
-        if message.request_id in self._requests:
-            log.warning("duplicate request id %s refused", message.request_id)
+        if request_id in self._requests:
+            log.warning("duplicate request id %s refused", request_id)
             self._emit(
                 RequestOutput(
-                    request_id=message.request_id,
+                    request_id=request_id,
                     data={},
                     finished=True,
-                    error=f"request id {message.request_id!r} is already in use",
+                    error=f"request id {request_id!r} is already in use",
                 )
             )
             return
-        self.register_request(message.request_id)
-        self.submit_stage_input(0, message.request_id, message.inputs)
+        if not 0 <= stage_index < self.stage_count:
+            self._reject(request_id, f"stage {stage_index} does not exist")
+            return
+        self.register_request(request_id, final_stage_index=final_stage_index)
+        self.submit_stage_input(stage_index, request_id, inputs)

@@ -39,10 +39,10 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ..config.pipeline import load_deploy_config
-    from ..engine.duplex.plugin import load_duplex_plugin
     from .async_omni import AsyncOmni
     from .duplex_omni import DuplexOmni
     from .openai.api_server import build_app
+    from .turn_responses import turn_plugin
 
     try:
         pipeline = load_deploy_config(args.deployment or DEFAULT_DEPLOYMENT)
@@ -58,11 +58,11 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         # Turn-based: the same stages through AsyncOmni; the model's plugin (if it has one)
         # only plans chat requests and reads their outputs.
-        plugin = None
-        if pipeline.duplex_plugin is not None:
-            plugin = load_duplex_plugin(pipeline.duplex_plugin, pipeline.stages[0].model.kwargs)
         app = build_app(
-            AsyncOmni(pipeline), api_key=args.api_key, model_name=model_name, plugin=plugin
+            AsyncOmni(pipeline),
+            api_key=args.api_key,
+            model_name=model_name,
+            plugin=turn_plugin(pipeline),
         )
     logging.basicConfig(level=args.log_level.upper())
     # Audio in base64 does not compress; deflate would only burn CPU on every frame.

@@ -28,13 +28,21 @@ import os
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Mapping
+from contextlib import aclosing
 from types import TracebackType
 from typing import Any, Self
 
 from ..config.pipeline import PipelineConfig
 from ..engine.duplex.messages import DuplexSessionError, OpenResult, SessionEventMessage
+from ..engine.duplex.plugin import ModelResult
 from ..engine.duplex.runtime_config import DuplexSessionRuntimeConfig
 from ..engine.duplex.session.lease import LeaseActivity
+from ..engine.duplex.turn_response import (
+    StartTurnResponse,
+    TurnResponseOutput,
+    TurnResponseRequest,
+    stage_failure,
+)
 from ..engine.duplex_omni_engine import DuplexOmniEngine
 from ..engine.errors import EngineDeadError, EngineError, EngineNotRunningError
 from ..protocol.duplex import b64encode_str, command_from_realtime
@@ -444,6 +452,29 @@ class DuplexOmni(AsyncOmni):
         task = asyncio.get_running_loop().create_task(coro)
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
+
+    # ---- turn responses (no session) ---------------------------------------------------
+
+    async def respond(self, request: TurnResponseRequest) -> AsyncIterator[ModelResult]:
+        """Run one turn response on the engine and yield its model results.
+
+        The orchestrator plans it with the plugin and projects its stage outputs (see
+        ``engine/duplex/turn_response.py``); no session slot is held. Raises
+        ``TurnResponseError`` when it does not complete, ``EngineDeadError`` /
+        ``EngineNotRunningError`` when the engine cannot serve. Leaving the iteration
+        early aborts it in every stage.
+        """
+        message = StartTurnResponse(request)
+        async with aclosing(self._request_stream(request.request_id, message)) as outputs:
+            async for output in outputs:
+                failure = None
+                if isinstance(output, TurnResponseOutput):
+                    for result in output.results:
+                        yield result
+                    failure = output.failure
+                if output.error is not None:
+                    # No typed failure only when the orchestrator could not dispatch it.
+                    raise failure or stage_failure(output.error)
 
     # ---- the output pump ----------------------------------------------------------------
 

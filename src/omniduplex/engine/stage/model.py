@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from .messages import StageInput, StageOutput
 
@@ -32,6 +32,9 @@ class StageModel(ABC):
 
     # Stamped by the scheduler before the first call, so ``output()`` can fill it in.
     stage_index: int = -1
+    # Standalone tasks a request addressed to this stage alone may ask for (``tasks.py``
+    # holds each one's data contract).
+    tasks: ClassVar[frozenset[str]] = frozenset()
 
     @abstractmethod
     def add_request(self, request_id: str, inputs: StageInput) -> None: ...

@@ -1,11 +1,12 @@
 """``POST /v1/chat/completions`` on a duplex deployment (DESIGN decision 14).
 
-``DuplexChatCompletionsAdapter`` serves the OpenAI chat format as one turn-based request
-on the duplex engine's own stage workers: no session, no admission slot. The loaded model
-plugin plans the request (``plan_response``) exactly as it does for a session's response,
-and its data plane projects each stage output into model results, which become the
-``chat.completion`` (or its ``chat.completion.chunk`` stream). It serves only when the
-plugin declares ``supports_chat_completions``.
+``DuplexChatCompletionsAdapter`` translates the OpenAI chat format into one
+``TurnResponseRequest`` and the model results that come back into a ``chat.completion``
+(or its ``chat.completion.chunk`` stream). The request runs through the deployment's
+``TurnResponder`` (``entrypoints/turn_responses.py``): on a duplex deployment the engine
+plans it with the plugin, runs it on the stage workers and projects its outputs, with no
+session and no admission slot. It serves only when the model declares
+``supports_chat_completions``.
 
 What a request may hold:
 
@@ -49,19 +50,6 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ...engine.duplex.capabilities import DuplexCapabilities
-from ...engine.duplex.contracts import DuplexFence
-from ...engine.duplex.plugin import (
-    DuplexModelPlugin,
-    DuplexRuntimeConfigError,
-    ModelAudio,
-    ModelError,
-    ModelListen,
-    ModelResult,
-    ModelText,
-    ResponseRequest,
-)
-from ...engine.errors import EngineDeadError, EngineNotRunningError, RequestFailedError
 from ...protocol.duplex import (
     DEFAULT_INPUT_RATE_HZ,
     DEFAULT_OUTPUT_RATE_HZ,
@@ -75,7 +63,17 @@ from ...protocol.duplex import (
     parse_audio_format,
     resample,
 )
-from ..async_omni import AsyncOmni
+from ..turn_responses import (
+    DuplexCapabilities,
+    ModelAudio,
+    ModelResult,
+    ModelText,
+    TurnFailure,
+    TurnModel,
+    TurnResponder,
+    TurnResponseError,
+    TurnResponseRequest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -585,39 +583,25 @@ class _StreamAudio:
 
 
 class DuplexChatCompletionsAdapter:
-    """Serves ``/v1/chat/completions`` as turn-based requests on the engine.
+    """Serves ``/v1/chat/completions`` through the deployment's ``TurnResponder``.
 
-    On a duplex deployment ``omni`` is the ``DuplexOmni`` and the plugin is the one its
-    engine loaded; on a turn deployment ``omni`` is an ``AsyncOmni`` and the model's
-    plugin is passed in (it only plans requests and projects outputs here).
+    ``responder`` is ``None`` on a deployment whose model has no plugin to answer turns:
+    then the route only ever says it is warming up.
     """
 
-    def __init__(
-        self, omni: AsyncOmni, *, model_name: str, plugin: DuplexModelPlugin | None = None
-    ) -> None:
-        self.omni = omni
+    def __init__(self, responder: TurnResponder | None, *, model_name: str) -> None:
+        self.responder = responder
         self.model_name = model_name
-        self._plugin = plugin
 
-    @property
-    def plugin(self) -> DuplexModelPlugin | None:
-        """The model's plugin (``None`` until a duplex engine has started)."""
-        if self._plugin is not None:
-            return self._plugin
-        return getattr(self.omni.engine, "plugin", None)
-
-    def capabilities(self) -> DuplexCapabilities | None:
-        plugin = self.plugin
-        if plugin is None:
-            return None
-        runtime = getattr(self.omni, "runtime_config", None)
-        return plugin.capabilities(max_sessions=runtime.max_sessions if runtime else 1)
+    def model(self) -> TurnModel | None:
+        """The model's declarations (``None`` until a duplex engine has started)."""
+        return self.responder.model() if self.responder is not None else None
 
     @property
     def available(self) -> bool:
-        """Whether the loaded plugin declares ``supports_chat_completions``."""
-        capabilities = self.capabilities()
-        return capabilities is not None and capabilities.supports_chat_completions
+        """Whether the model declares ``supports_chat_completions``."""
+        model = self.model()
+        return model is not None and model.capabilities.supports_chat_completions
 
     # ---- HTTP ---------------------------------------------------------------------------
 
@@ -638,11 +622,10 @@ class DuplexChatCompletionsAdapter:
 
     async def complete(self, body: Any) -> Response:
         """Validate ``body`` and run it; raises ``ChatCompletionError`` on refusals."""
-        plugin = self.plugin
-        capabilities = self.capabilities()
-        if plugin is None or capabilities is None:
+        model = self.model()
+        if self.responder is None or model is None:
             raise ChatCompletionError(503, "server_starting", "the server is warming up")
-        if not capabilities.supports_chat_completions:
+        if not model.capabilities.supports_chat_completions:
             raise ChatCompletionError(
                 404,
                 "route_not_available",
@@ -651,14 +634,15 @@ class DuplexChatCompletionsAdapter:
         turn = parse_chat_request(
             body,
             served_model=self.model_name,
-            capabilities=capabilities,
-            input_rate_hz=plugin.input_sample_rate_hz,
+            capabilities=model.capabilities,
+            input_rate_hz=model.input_sample_rate_hz,
         )
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-        results = self._results(plugin, turn, completion_id)
+        results = self._results(self.responder, turn, completion_id)
+        rate = model.output_sample_rate_hz
         if not turn.stream:
             async with aclosing(results):
-                return _json(await self._collect(plugin, turn, completion_id, results))
+                return _json(await self._collect(rate, turn, completion_id, results))
         # Wait for the first result before answering 200: a request that fails at once
         # still gets its HTTP error status.
         try:
@@ -669,7 +653,7 @@ class DuplexChatCompletionsAdapter:
             await results.aclose()
             raise
         return StreamingResponse(
-            self._sse(plugin, turn, completion_id, first, results),
+            self._sse(rate, turn, completion_id, first, results),
             media_type="text/event-stream",
             headers=SSE_HEADERS,
         )
@@ -677,50 +661,27 @@ class DuplexChatCompletionsAdapter:
     # ---- running the turn ---------------------------------------------------------------
 
     async def _results(
-        self, plugin: DuplexModelPlugin, turn: ChatTurn, request_id: str
+        self, responder: TurnResponder, turn: ChatTurn, request_id: str
     ) -> AsyncIterator[ModelResult]:
         """The model results of the turn, up to its end; failures as ``ChatCompletionError``."""
-        config = turn.session_config()
+        request = TurnResponseRequest(
+            request_id=request_id,
+            input_audio=turn.input_audio,
+            input_text=turn.input_text,
+            history=turn.history,
+            options=turn.options,
+            session=turn.session_config(),
+        )
         try:
-            plugin.validate_session_config(config)
-        except DuplexRuntimeConfigError as exc:
-            raise _bad(exc.code, str(exc), exc.param) from exc
-        try:
-            state = plugin.create_session_state(config)
-            request = ResponseRequest(
-                fence=DuplexFence(session_id=request_id),
-                response_id=f"resp_{uuid.uuid4().hex[:24]}",
-                input_audio=turn.input_audio,
-                input_text=turn.input_text,
-                history=turn.history,
-                options=turn.options,
-                session=config,
-            )
-            inputs = plugin.plan_response(state, request)
-        except DuplexRuntimeConfigError as exc:
-            raise _bad(exc.code, str(exc), exc.param) from exc
-        except Exception as exc:
-            log.exception("chat completion %s: plan_response failed", request_id)
-            raise _model_failed(f"could not start the response: {exc}") from exc
-        try:
-            async with aclosing(self.omni.generate(inputs, request_id=request_id)) as outputs:
-                async for output in outputs:
-                    for result in plugin.data_plane.project(output.data):
-                        if isinstance(result, ModelError):
-                            raise _model_failed(result.message, code=result.code)
-                        yield result
-                        if isinstance(result, ModelListen) or getattr(result, "end_of_turn", False):
-                            return
-        except RequestFailedError as exc:
-            raise _model_failed(exc.error) from exc
-        except (EngineDeadError, EngineNotRunningError) as exc:
-            raise ChatCompletionError(
-                503, "engine_unavailable", str(exc), error_type=SERVER_ERROR
-            ) from exc
+            async with aclosing(responder.respond(request)) as results:
+                async for result in results:
+                    yield result
+        except TurnResponseError as exc:
+            raise _turn_failed(exc) from exc
 
     async def _collect(
         self,
-        plugin: DuplexModelPlugin,
+        model_rate_hz: int,
         turn: ChatTurn,
         completion_id: str,
         results: AsyncIterator[ModelResult],
@@ -740,7 +701,7 @@ class DuplexChatCompletionsAdapter:
         transcript = "".join(transcripts)
         if turn.wants_audio and audio:
             rate = output_rate_hz(turn.audio_format)
-            samples = resample(np.concatenate(audio), plugin.output_sample_rate_hz, rate)
+            samples = resample(np.concatenate(audio), model_rate_hz, rate)
             message["content"] = "".join(texts) or None
             message["audio"] = {
                 "id": f"audio_{uuid.uuid4().hex[:16]}",
@@ -766,7 +727,7 @@ class DuplexChatCompletionsAdapter:
 
     async def _sse(
         self,
-        plugin: DuplexModelPlugin,
+        model_rate_hz: int,
         turn: ChatTurn,
         completion_id: str,
         first: ModelResult | None,
@@ -774,7 +735,7 @@ class DuplexChatCompletionsAdapter:
     ) -> AsyncIterator[bytes]:
         created = int(time.time())
         audio_id = f"audio_{uuid.uuid4().hex[:16]}"
-        encoder = _StreamAudio(plugin.output_sample_rate_hz, turn.audio_format)
+        encoder = _StreamAudio(model_rate_hz, turn.audio_format)
         audio_started = False
 
         def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
@@ -854,6 +815,15 @@ class DuplexChatCompletionsAdapter:
 
 def _model_failed(message: str, *, code: str = "model_backend_failed") -> ChatCompletionError:
     return ChatCompletionError(500, code, f"the model failed: {message}", error_type=SERVER_ERROR)
+
+
+def _turn_failed(exc: TurnResponseError) -> ChatCompletionError:
+    """The HTTP answer to a turn response that did not complete."""
+    if exc.kind is TurnFailure.REFUSED:
+        return _bad(exc.code, exc.message, exc.param)
+    if exc.kind is TurnFailure.UNAVAILABLE:
+        return ChatCompletionError(503, exc.code, exc.message, error_type=SERVER_ERROR)
+    return _model_failed(exc.message, code=exc.code)
 
 
 def _usage() -> dict[str, int]:

@@ -22,12 +22,12 @@ from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ...engine.duplex.plugin import DuplexModelPlugin
 from ...protocol.duplex import ErrorEvent
 from ..async_omni import AsyncOmni
 from ..duplex.chat_completions import DuplexChatCompletionsAdapter
 from ..duplex.serving import OmniDuplexSessionHandler
 from ..duplex_omni import DuplexOmni
+from ..turn_responses import DuplexModelPlugin, turn_responder
 from ..web.static_routes import mount_web_page
 from .audio_routes import register_audio_routes
 from .metrics import ServerMetrics
@@ -142,13 +142,13 @@ def build_app(
             ],
         }
 
-    chat = DuplexChatCompletionsAdapter(omni, model_name=model_name, plugin=plugin)
+    chat = DuplexChatCompletionsAdapter(turn_responder(omni, plugin), model_name=model_name)
     app.state.chat_completions = chat
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        # Served only when the loaded plugin declares supports_chat_completions.
-        if chat.plugin is not None and not chat.available:
+        # Served only when the loaded model declares supports_chat_completions.
+        if chat.model() is not None and not chat.available:
             raise StarletteHTTPException(404)
         return await chat.create_chat_completion(request)
 

@@ -1,37 +1,30 @@
-"""``POST /v1/audio/transcriptions`` and ``POST /v1/audio/speech`` for the cascade.
+"""``POST /v1/audio/transcriptions`` and ``POST /v1/audio/speech``.
 
-A deployment whose stages include the cascade's ASR stage (``AsrStageModel``) serves
-transcriptions; one whose stages include its TTS stage (``TtsStageModel``) serves speech.
-Both run the stage's own code in this process, built from that stage's ``kwargs`` in the
-deploy file (so a grammar, ``asr_sentences``, voice and speaking rate are the
-deployment's), and driven by ``add_request`` / ``step`` on a worker thread:
-
-- transcriptions: one ``AsrStageModel`` owned by these routes (its own decoder pool, of
-  the deployment's ``asr_pool_size``, built on the first request), so a transcription
-  never runs the responder or the TTS, and never takes a decoder from the sessions;
-- speech: a ``TtsStageModel`` per request (espeak-ng is process-global and serialised;
-  ``speed`` scales the deployment's ``speech_rate_wpm``).
+A deployment with a stage that offers the ``transcription`` stage task serves
+transcriptions; one with a stage that offers ``speech`` serves speech (the cascade's ASR
+and TTS stages do; ``engine/stage/tasks.py``). Each request runs through the engine
+(``AsyncOmni.transcribe`` / ``speak``) as a request addressed to that stage alone, on the
+deployment's own stage worker: it is batched with the sessions' work there, shares the
+stage's resources (a transcription takes a decoder from the ASR stage's pool and fails
+with 503 ``asr_pool_exhausted`` when none frees in time), and never runs another stage.
+These routes only parse the upload, hand the audio or text over, and encode the answer.
 
 Any other model leaves both routes unregistered: they answer the app's JSON 404.
 
 Transcriptions take multipart ``file`` (WAV, or raw 16-bit PCM at 24 kHz, or any rate
 named by ``sample_rate`` / ``sample_rate_hz``), ``model``, ``response_format`` (``json``
 default, ``text``, ``verbose_json``) and ``language`` (echoed; the recogniser is en-US);
-audio is resampled to 16 kHz. Speech takes JSON ``model``, ``input``, ``voice`` (an espeak
-voice name; OpenAI's names fall back to the deployment's voice), ``response_format``
-(``wav`` default, ``pcm``: 16-bit mono 24 kHz) and ``speed`` (0.25 to 4.0). Bad input is
-answered 400 with an OpenAI error object.
+the stage resamples the audio to its own rate. Speech takes JSON ``model``, ``input``,
+``voice`` (a voice name of the stage; OpenAI's names fall back to the deployment's voice),
+``response_format`` (``wav`` default, ``pcm``: 16-bit mono 24 kHz) and ``speed`` (0.25 to
+4.0, scaling the deployment's speaking rate). Bad input is answered 400 with an OpenAI
+error object.
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import logging
 import re
-import threading
-import time
-import uuid
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -41,9 +34,15 @@ import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from ...engine.stage import StageInput
 from ...protocol.duplex import decode_audio, encode_wav, resample
-from ..async_omni import AsyncOmni
+from ..async_omni import (
+    SPEECH,
+    TRANSCRIPTION,
+    AsyncOmni,
+    SpeechInput,
+    StageTaskError,
+    TranscriptionInput,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +54,6 @@ RAW_INPUT_RATE_HZ: Final = 24_000
 MAX_UPLOAD_BYTES: Final = 25 * 1024 * 1024  # OpenAI's limit for an audio upload
 MAX_INPUT_CHARS: Final = 4096
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
-ESPEAK_MIN_WPM, ESPEAK_MAX_WPM = 80, 450
-_STEP_IDLE_S: Final = 0.005
 
 
 class AudioRouteError(Exception):
@@ -118,120 +115,13 @@ def parse_multipart(body: bytes, content_type: str) -> dict[str, tuple[str | Non
     return fields
 
 
-# --------------------------------------------------------------------------- stages
-
-
-def _cascade_stage_kwargs(omni: AsyncOmni, cls_name: str) -> dict[str, Any] | None:
-    """The kwargs of the first stage whose factory is (a subclass of) the named cascade
-    stage model, or ``None``."""
-    from ...model_executor.models.cascade import asr, tts_stage
-
-    wanted = {"AsrStageModel": asr.AsrStageModel, "TtsStageModel": tts_stage.TtsStageModel}[
-        cls_name
-    ]
-    pipeline = getattr(omni, "pipeline", None)
-    for stage in getattr(pipeline, "stages", ()):
-        try:
-            factory = stage.model.load_factory()
-        except Exception:  # a factory that cannot be imported is not the cascade
-            continue
-        if isinstance(factory, type) and issubclass(factory, wanted):
-            return dict(stage.model.kwargs)
-    return None
-
-
-def _drive(model: Any, request_id: str, inputs: StageInput, lock: threading.Lock) -> list[Any]:
-    """Add one request and step it to its finished output (on a worker thread)."""
-    with lock:
-        model.add_request(request_id, inputs)
-    outputs: list[Any] = []
-    try:
-        while True:
-            with lock:
-                produced = [o for o in model.step([request_id]) if o.request_id == request_id]
-            outputs.extend(produced)
-            if any(o.finished for o in produced):
-                return outputs
-            if not produced:
-                time.sleep(_STEP_IDLE_S)
-    except BaseException:
-        with lock:
-            model.abort(request_id)
-        raise
-
-
-class CascadeTranscriber:
-    """The cascade's ASR stage, built lazily from the deployment's stage kwargs."""
-
-    def __init__(self, kwargs: Mapping[str, Any]) -> None:
-        self.kwargs = dict(kwargs)
-        self._model: Any = None
-        self._lock = threading.Lock()
-        self._build_lock = threading.Lock()
-
-    def _stage(self) -> Any:
-        with self._build_lock:
-            if self._model is None:
-                from ...model_executor.models.cascade.asr import AsrStageModel
-
-                self._model = AsrStageModel(**self.kwargs)
-            return self._model
-
-    @property
-    def rate_hz(self) -> int:
-        from ...model_executor.models.cascade.options import CascadeOptions
-
-        return CascadeOptions.from_mapping(self.kwargs).input_rate_hz
-
-    def transcribe(self, audio: npt.NDArray[np.float32]) -> str:
-        model = self._stage()
-        request_id = f"transcription-{uuid.uuid4().hex}"
-        outputs = _drive(model, request_id, StageInput({"audio": audio}, final=True), self._lock)
-        data = outputs[-1].data
-        if data.get("kind") == "error":
-            code = str(data.get("code", "asr_failed"))
-            status = 503 if code == "asr_pool_exhausted" else 500
-            raise AudioRouteError(status, code, str(data.get("message", "the ASR failed")))
-        return str(data.get("transcript") or "")
-
-    def close(self) -> None:
-        if self._model is not None:
-            self._model.close()
-
-
-class CascadeSpeaker:
-    """The cascade's TTS stage: one stage model per request, with the request's speed."""
-
-    def __init__(self, kwargs: Mapping[str, Any]) -> None:
-        from ...model_executor.models.cascade.options import CascadeOptions
-
-        self.options = CascadeOptions.from_mapping(kwargs)
-
-    def speak(self, text: str, voice: str | None, speed: float) -> npt.NDArray[np.float32]:
-        from ...model_executor.models.cascade.tts_stage import TtsStageModel
-
-        wpm = round(self.options.speech_rate_wpm * speed)
-        wpm = min(ESPEAK_MAX_WPM, max(ESPEAK_MIN_WPM, wpm))
-        model = TtsStageModel(dataclasses.replace(self.options, speech_rate_wpm=wpm))
-        request_id = f"speech-{uuid.uuid4().hex}"
-        inputs = StageInput(
-            {"kind": "reply", "text": text, "final": True, "with_audio": True, "voice": voice},
-            final=True,
-        )
-        outputs = _drive(model, request_id, inputs, threading.Lock())
-        chunks = [
-            np.asarray(o.data["audio"], dtype=np.float32).reshape(-1)
-            for o in outputs
-            if o.data.get("kind") == "audio"
-        ]
-        samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
-        return resample(samples, self.options.output_rate_hz, SPEECH_RATE_HZ)
-
-
 # --------------------------------------------------------------------------- parsing
 
 
-def _decode_upload(data: bytes, filename: str | None, fields: Mapping[str, str], rate: int):
+def _decode_upload(
+    data: bytes, filename: str | None, fields: Mapping[str, str]
+) -> tuple[npt.NDArray[np.float32], int]:
+    """The upload as float32 mono samples and their rate."""
     if not data:
         raise _bad("invalid_value", "the uploaded file is empty", "file")
     is_wav = data[:4] == b"RIFF"
@@ -259,7 +149,7 @@ def _decode_upload(data: bytes, filename: str | None, fields: Mapping[str, str],
         raise _bad("invalid_value", f"could not decode the audio: {message}", "file") from exc
     if samples.size == 0:
         raise _bad("invalid_value", "the uploaded audio holds no samples", "file")
-    return resample(samples, source_rate, rate)
+    return samples, source_rate
 
 
 def _text_field(fields: Mapping[str, tuple[str | None, bytes]], name: str) -> str | None:
@@ -318,43 +208,40 @@ def _parse_speech(body: Mapping[str, Any]) -> tuple[str, str | None, str, float]
 
 def register_audio_routes(app: FastAPI, omni: AsyncOmni, *, model_name: str) -> None:
     """Add the audio routes the deployment's stages can serve (none for other models)."""
-    asr_kwargs = _cascade_stage_kwargs(omni, "AsrStageModel")
-    tts_kwargs = _cascade_stage_kwargs(omni, "TtsStageModel")
-
-    if asr_kwargs is not None:
-        transcriber = CascadeTranscriber(asr_kwargs)
-        app.state.transcriber = transcriber
+    if omni.stage_for_task(TRANSCRIPTION) is not None:
 
         @app.post("/v1/audio/transcriptions")
         async def transcriptions(request: Request) -> Response:
             try:
-                return await _transcribe(request, transcriber)
+                return await _transcribe(request, omni)
             except AudioRouteError as exc:
                 return exc.response()
             except Exception as exc:
                 log.exception("transcription failed")
                 return AudioRouteError(500, "internal_error", str(exc)).response()
 
-    if tts_kwargs is not None:
-        speaker = CascadeSpeaker(tts_kwargs)
+    if omni.stage_for_task(SPEECH) is not None:
 
         @app.post("/v1/audio/speech")
         async def speech(request: Request) -> Response:
             try:
                 text, voice, fmt, speed = _parse_speech(_json_body(await request.body()))
-                samples = await asyncio.to_thread(speaker.speak, text, voice, speed)
+                spoken = await omni.speak(SpeechInput(text, voice=voice, speed=speed))
             except AudioRouteError as exc:
                 return exc.response()
             except Exception as exc:
                 log.exception("speech failed")
                 return AudioRouteError(500, "internal_error", str(exc)).response()
+            samples = spoken.samples
+            if samples.size:
+                samples = resample(samples, spoken.sample_rate_hz, SPEECH_RATE_HZ)
             if fmt == "pcm":
                 pcm = encode_wav(samples, SPEECH_RATE_HZ)[44:]
                 return Response(pcm, media_type="audio/pcm")
             return Response(encode_wav(samples, SPEECH_RATE_HZ), media_type="audio/wav")
 
 
-async def _transcribe(request: Request, transcriber: CascadeTranscriber) -> Response:
+async def _transcribe(request: Request, omni: AsyncOmni) -> Response:
     declared = request.headers.get("content-length", "")
     too_large = declared.isdigit() and int(declared) > MAX_UPLOAD_BYTES
     body = b"" if too_large else await request.body()  # refused before reading it
@@ -374,9 +261,12 @@ async def _transcribe(request: Request, transcriber: CascadeTranscriber) -> Resp
             "response_format",
         )
     texts = {k: _text_field(fields, k) or "" for k in ("sample_rate", "sample_rate_hz")}
-    rate = transcriber.rate_hz
-    audio = _decode_upload(upload[1], upload[0], texts, rate)
-    text = await asyncio.to_thread(transcriber.transcribe, audio)
+    audio, rate = _decode_upload(upload[1], upload[0], texts)
+    try:
+        text = await omni.transcribe(TranscriptionInput(audio, rate))
+    except StageTaskError as exc:
+        status = 503 if exc.code == "asr_pool_exhausted" else 500
+        raise AudioRouteError(status, exc.code, exc.message) from exc
     if fmt == "text":
         return Response(text + "\n", media_type="text/plain; charset=utf-8")
     result: dict[str, Any] = {"text": text}

@@ -29,8 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import soxr
 
 from omniduplex.engine.stage import StageInput, StageModel, StageOutput
+from omniduplex.engine.stage.tasks import TRANSCRIPTION
 
 from .options import CascadeOptions
 from .vad import SILERO_FRAME_SAMPLES, SileroClassifier
@@ -38,7 +40,7 @@ from .vad import SILERO_FRAME_SAMPLES, SileroClassifier
 GRAMMAR_SEARCH = "cascade_grammar"
 _WORD = re.compile(r"[a-z']+")
 # Keys of a request's data the stage consumes; everything else is passed through.
-_CONSUMED = ("audio", "live", "transcribe_only")
+_CONSUMED = ("audio", "sample_rate_hz", "live", "transcribe_only")
 
 
 def normalise_sentence(text: str) -> str:
@@ -155,7 +157,14 @@ class _Turn:
 
 
 class AsrStageModel(StageModel):
-    """pocketsphinx, one utterance per request; options as in ``CascadeOptions``."""
+    """pocketsphinx, one utterance per request; options as in ``CascadeOptions``.
+
+    Also serves the ``transcription`` stage task (``/v1/audio/transcriptions``): audio at
+    any ``sample_rate_hz`` is resampled to ``input_rate_hz``, and the request shares the
+    decoder pool with the sessions.
+    """
+
+    tasks = frozenset({TRANSCRIPTION})
 
     def __init__(
         self,
@@ -202,6 +211,9 @@ class AsrStageModel(StageModel):
         audio = inputs.data.get("audio")
         if audio is not None:
             samples = np.asarray(audio, dtype=np.float32).reshape(-1)
+            rate = int(inputs.data.get("sample_rate_hz") or self.options.input_rate_hz)
+            if rate != self.options.input_rate_hz and samples.size:
+                samples = soxr.resample(samples, rate, self.options.input_rate_hz, "HQ")
             if samples.size and not np.isfinite(samples).all():
                 raise ValueError("asr audio contains NaN or infinite samples")
             if samples.size:

@@ -26,6 +26,7 @@ import numpy as np
 import soxr
 
 from omniduplex.engine.stage import StageInput, StageModel, StageOutput
+from omniduplex.engine.stage.tasks import SPEECH
 
 from .options import CascadeOptions
 from .tts import EspeakVoice
@@ -35,6 +36,8 @@ from .voice import SpeechVoice, SpeechVoiceError
 _BOUNDARY = re.compile(r"(?<=[.!?;:])\s+|\n+")
 # Without punctuation, speak what we have once it is this long (at a space).
 _MAX_SENTENCE_CHARS = 160
+# Speaking rates a request's ``speed`` may reach (espeak-ng's usable range).
+MIN_RATE_WPM, MAX_RATE_WPM = 80, 450
 
 
 def split_sentences(buffer: str, *, final: bool) -> tuple[list[str], str]:
@@ -90,7 +93,14 @@ class _Speech:
 
 class TtsStageModel(StageModel):
     """espeak-ng voices (serialised: the library is global) or one piper voice;
-    ``CascadeOptions`` keywords."""
+    ``CascadeOptions`` keywords.
+
+    Also serves the ``speech`` stage task (``/v1/audio/speech``): a request's ``speed``
+    scales ``speech_rate_wpm`` (within what the voices can do), and every audio unit
+    says its ``sample_rate_hz``.
+    """
+
+    tasks = frozenset({SPEECH})
 
     def __init__(
         self,
@@ -101,8 +111,10 @@ class TtsStageModel(StageModel):
     ) -> None:
         self.options = CascadeOptions.coerce(options, settings)
         self._clock = clock
-        self.default_voice = self._build_voice(self.options.voice)
-        self._voices: dict[str, SpeechVoice] = {self.options.voice: self.default_voice}
+        self.default_voice = self._build_voice(self.options.voice, self.options.speech_rate_wpm)
+        self._voices: dict[tuple[str, int], SpeechVoice] = {
+            (self.options.voice, self.options.speech_rate_wpm): self.default_voice
+        }
         self._speech: dict[str, _Speech] = {}
         self.sentences_spoken = 0
 
@@ -122,7 +134,7 @@ class TtsStageModel(StageModel):
     def _ingest(self, speech: _Speech, inputs: StageInput) -> None:
         data = dict(inputs.data)
         kind = data.get("kind")
-        for key in ("response_id", "with_audio", "voice"):
+        for key in ("response_id", "with_audio", "voice", "speed"):
             if key in data:
                 speech.meta[key] = data[key]
         if "trace" in data:
@@ -205,24 +217,34 @@ class TtsStageModel(StageModel):
     def _base(self, speech: _Speech) -> dict[str, Any]:
         return {"response_id": speech.meta.get("response_id")}
 
-    def _build_voice(self, name: str) -> SpeechVoice:
+    def _build_voice(self, name: str, rate_wpm: int) -> SpeechVoice:
         options = self.options
         if options.tts == "piper":
             from .piper_voice import PiperSpeechVoice
 
-            return PiperSpeechVoice(options.piper_model, rate_wpm=options.speech_rate_wpm)
-        return EspeakVoice(name, rate_wpm=options.speech_rate_wpm, pitch=options.pitch)
+            return PiperSpeechVoice(options.piper_model, rate_wpm=rate_wpm)
+        return EspeakVoice(name, rate_wpm=rate_wpm, pitch=options.pitch)
 
-    def _voice(self, name: Any) -> SpeechVoice:
+    def _rate_wpm(self, speed: Any) -> int:
+        if not isinstance(speed, int | float) or isinstance(speed, bool) or speed <= 0:
+            return self.options.speech_rate_wpm
+        wpm = round(self.options.speech_rate_wpm * speed)
+        return min(MAX_RATE_WPM, max(MIN_RATE_WPM, wpm))
+
+    def _voice(self, name: Any, speed: Any = None) -> SpeechVoice:
+        rate = self._rate_wpm(speed)
         if not isinstance(name, str) or not name or self.options.tts == "piper":
-            return self.default_voice  # a piper model has one voice
-        voice = self._voices.get(name)
+            name = self.options.voice  # a piper model has one voice
+        voice = self._voices.get((name, rate))
         if voice is None:
             try:
-                voice = self._build_voice(name)
+                voice = self._build_voice(name, rate)
             except SpeechVoiceError:
-                voice = self.default_voice  # OpenAI voice names ("alloy") and typos
-            self._voices[name] = voice
+                if name == self.options.voice:
+                    raise
+                # OpenAI voice names ("alloy") and typos: the deployment's voice.
+                voice = self._voice(self.options.voice, speed)
+            self._voices[(name, rate)] = voice
         return voice
 
     def _speak(self, speech: _Speech, sentence: str) -> list[dict[str, Any]]:
@@ -233,7 +255,7 @@ class TtsStageModel(StageModel):
         if not speech.meta.get("with_audio", True):
             return [{**base, "kind": "text", "text": text}]
         started = self._clock()
-        voice = self._voice(speech.meta.get("voice"))
+        voice = self._voice(speech.meta.get("voice"), speech.meta.get("speed"))
         raw = voice.synthesize(sentence, should_stop=speech.cancelled.is_set)
         samples = raw
         if voice.sample_rate_hz != self.options.output_rate_hz and raw.size:
@@ -256,6 +278,13 @@ class TtsStageModel(StageModel):
         if text.startswith(" ") and texts and not texts[0].startswith(" "):
             texts[0] = " " + texts[0]
         return [
-            {**base, "kind": "audio", "audio": chunk, "text": piece, "end_of_turn": False}
+            {
+                **base,
+                "kind": "audio",
+                "audio": chunk,
+                "text": piece,
+                "end_of_turn": False,
+                "sample_rate_hz": self.options.output_rate_hz,
+            }
             for chunk, piece in zip(chunks, texts, strict=True)
         ]
