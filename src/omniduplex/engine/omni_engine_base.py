@@ -8,6 +8,10 @@ Threads and loops::
     stage workers            --events----------> orchestrator loop (call_soon_threadsafe)
     orchestrator loop        --outputs---------> caller loop (asyncio.Queue ``outputs``)
 
+Outputs cross to the caller's loop in batches: what one orchestrator loop iteration (a
+mailbox step, a stage step) emitted is handed over in one ``call_soon_threadsafe``, one
+wake-up of the caller's loop, in order.
+
 One-way messages and RPCs share one ordered request stream. Subclasses choose the
 orchestrator (``_create_orchestrator``), may validate the deployment before any stage
 starts (``_validate_deployment``) and may place stage workers elsewhere
@@ -64,6 +68,8 @@ class OmniEngineBase(ABC):
         self._early_events: list[object] = []
         self._output_loop: asyncio.AbstractEventLoop | None = None
         self._outputs: asyncio.Queue[object] | None = None
+        # Outputs of the current orchestrator loop iteration, not yet handed over.
+        self._unsent_outputs: list[object] = []
         self._dead_reason: str | None = None
         # RPC replies not yet resolved, failed at teardown so no caller waits forever.
         self._pending_replies: set[concurrent.futures.Future[Any]] = set()
@@ -237,13 +243,40 @@ class OmniEngineBase(ABC):
     def _post_output(self, message: object) -> None:
         if isinstance(message, EngineDead):
             self._dead_reason = message.reason
+        if self._output_loop is None or self._outputs is None:
+            return
+        orchestrator_loop = self._loop
+        if orchestrator_loop is None or not _running_here(orchestrator_loop):
+            # Not from an orchestrator step (its loop stopped, or another thread): keep
+            # the order of what that loop still holds by going through it, if it runs.
+            if orchestrator_loop is not None and orchestrator_loop.is_running():
+                with contextlib.suppress(RuntimeError):
+                    orchestrator_loop.call_soon_threadsafe(self._post_output, message)
+                    return
+            self._hand_over([message])
+            return
+        self._unsent_outputs.append(message)
+        if len(self._unsent_outputs) == 1:
+            orchestrator_loop.call_soon(self._flush_outputs)
+
+    def _stop_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Callbacks scheduled in the loop's last iteration never run: hand over first.
+        self._flush_outputs()
+        loop.stop()
+
+    def _flush_outputs(self) -> None:
+        batch, self._unsent_outputs = self._unsent_outputs, []
+        if batch:
+            self._hand_over(batch)
+
+    def _hand_over(self, batch: list[object]) -> None:
         loop, outputs = self._output_loop, self._outputs
         if loop is None or outputs is None:
             return
         try:
-            loop.call_soon_threadsafe(outputs.put_nowait, message)
+            loop.call_soon_threadsafe(_put_all, outputs, batch)
         except RuntimeError:
-            log.debug("output after the caller's loop closed: %r", message)
+            log.debug("output after the caller's loop closed: %r", batch)
 
     # ---- request path (caller loop -> orchestrator loop) --------------------------------
 
@@ -311,10 +344,22 @@ class OmniEngineBase(ABC):
                 log.exception("stopping stage %d failed", stage.index)
         if loop is not None and thread is not None:
             with contextlib.suppress(RuntimeError):  # already closed
-                loop.call_soon_threadsafe(loop.stop)
+                loop.call_soon_threadsafe(self._stop_loop, loop)
             if thread is not threading.current_thread():
                 thread.join(self.stop_timeout_s)
         self._orchestrator = None
         for reply in list(self._pending_replies):
             with contextlib.suppress(concurrent.futures.InvalidStateError):
                 reply.set_exception(EngineNotRunningError("engine shut down"))
+
+
+def _running_here(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def _put_all(queue: asyncio.Queue[object], batch: list[object]) -> None:
+    for message in batch:
+        queue.put_nowait(message)
