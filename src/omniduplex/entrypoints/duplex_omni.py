@@ -17,6 +17,11 @@ disconnected (a resumable session is detached, any other closed); what arrives a
 is dropped until the session is resumed, so the memory held per session stays bounded.
 A resume after such a gap queues ``session.resync_required`` (reason ``outbox_overflow``)
 behind the events the outbox still held.
+
+A consumer that keeps its own bounded buffer (the Realtime route: one socket queue per
+connection, a replay journal while detached) takes the events pushed instead
+(``deliver_to``): then the outbox is not used at all, so the session's events cross one
+buffer on their way to the socket, not two.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import contextlib
 import logging
 import os
 import uuid
-from collections import deque
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from contextlib import aclosing
 from types import TracebackType
@@ -48,6 +53,7 @@ from ..engine.errors import EngineDeadError, EngineError, EngineNotRunningError
 from ..protocol.duplex import b64encode_str, command_from_realtime
 from ..protocol.duplex import events as ev
 from .async_omni import AsyncOmni
+from .event_queue import BoundedEventQueue
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +68,12 @@ def _event_bytes(event: Any) -> int:
     return len(delta) if isinstance(delta, str | bytes) else 0
 
 
+def _media_response(event: Any) -> str | None:
+    if getattr(event, "type", None) in _DROPPABLE_ON_CANCEL:
+        return getattr(event, "response_id", None)
+    return None
+
+
 def _is_cancelled_done(event: Any) -> bool:
     if getattr(event, "type", None) != ev.ResponseDone.type:
         return False
@@ -72,6 +84,21 @@ def _is_cancelled_done(event: Any) -> bool:
 def _with(event: dict[str, Any], **optional: Any) -> dict[str, Any]:
     event.update({key: value for key, value in optional.items() if value is not None})
     return event
+
+
+class EventSink(ABC):
+    """Takes a session's events as they arrive, on the caller's loop (``deliver_to``).
+
+    Both methods are called synchronously from the output pump: they must not block.
+    """
+
+    @abstractmethod
+    def on_event(self, event: Any) -> None:
+        """One event of the session, in order; ``session.closed`` is the last."""
+
+    @abstractmethod
+    def on_error(self, error: BaseException) -> None:
+        """The engine can deliver nothing more (it died or shut down)."""
 
 
 class DuplexSessionHandle:
@@ -102,12 +129,17 @@ class DuplexSessionHandle:
         # The outbox hit its bound: events are dropped until the session is resumed.
         self.overflowed = False
         self.dropped_events = 0
-        self._outbox: deque[Any] = deque()
-        self._outbox_bytes = 0
+        self._outbox: BoundedEventQueue[Any] = BoundedEventQueue(
+            max_events=max_events,
+            max_bytes=max_bytes,
+            size_of=_event_bytes,
+            media_of=_media_response,
+        )
         self._wakeup = asyncio.Event()
         self._terminal_queued = False
         self._ended = False
         self._error: BaseException | None = None
+        self._sink: EventSink | None = None
 
     # ---- caller side ------------------------------------------------------------------
 
@@ -227,6 +259,15 @@ class DuplexSessionHandle:
     def heartbeat(self) -> Any:
         return self.send({"type": "session.heartbeat"})
 
+    def deliver_to(self, sink: EventSink) -> None:
+        """Push every event to ``sink`` instead of the outbox, from now on; what the
+        outbox already holds goes first. ``events()`` yields nothing after this."""
+        self._sink = sink
+        for event in self._outbox.take_all():
+            sink.on_event(event)
+        if self._error is not None:
+            sink.on_error(self._error)
+
     async def events(self) -> AsyncIterator[Any]:
         while not self._ended:
             while not self._outbox:
@@ -235,8 +276,7 @@ class DuplexSessionHandle:
                     raise self._error
                 self._wakeup.clear()
                 await self._wakeup.wait()
-            event = self._outbox.popleft()
-            self._outbox_bytes -= _event_bytes(event)
+            event = self._outbox.pop()
             if isinstance(event, ev.SessionClosed):
                 self._ended = True
             yield event
@@ -278,7 +318,7 @@ class DuplexSessionHandle:
         if self.overflowed and not self._terminal_queued:
             # Events were dropped while the consumer was away: say so, in order.
             gap = ev.SessionResyncRequired(session_id=self.session_id, reason="outbox_overflow")
-            self._outbox.append(gap)
+            self._outbox.push(gap)
             self._wakeup.set()
         self.overflowed = False
 
@@ -292,36 +332,24 @@ class DuplexSessionHandle:
             log.debug("session %s: event after its terminal dropped", self.session_id)
             return
         terminal = isinstance(event, ev.SessionClosed)
+        if self._sink is not None:
+            self._terminal_queued = terminal
+            self._sink.on_event(event)
+            return
         if _is_cancelled_done(event):
-            self._drop_cancelled_media(getattr(event, "response_id", None))
+            self._outbox.drop_media_of(getattr(event, "response_id", None))
         if not terminal:
             if self.overflowed:
                 self.dropped_events += 1
                 return
-            size = _event_bytes(event)
-            if len(self._outbox) >= self.max_events or self._outbox_bytes + size > self.max_bytes:
+            if not self._outbox.fits(event):
                 self.dropped_events += 1
                 self._overflow()
                 return
         else:
             self._terminal_queued = True
-        self._outbox.append(event)
-        self._outbox_bytes += _event_bytes(event)
+        self._outbox.push(event)
         self._wakeup.set()
-
-    def _drop_cancelled_media(self, response_id: str | None) -> None:
-        if response_id is None or not self._outbox:
-            return
-        kept: deque[Any] = deque()
-        for queued in self._outbox:
-            if (
-                getattr(queued, "type", None) in _DROPPABLE_ON_CANCEL
-                and getattr(queued, "response_id", None) == response_id
-            ):
-                self._outbox_bytes -= _event_bytes(queued)
-                continue
-            kept.append(queued)
-        self._outbox = kept
 
     def _overflow(self) -> None:
         self.overflowed = True
@@ -344,6 +372,8 @@ class DuplexSessionHandle:
         if self._terminal_queued or self._error is not None:
             return
         self._error = error
+        if self._sink is not None:
+            self._sink.on_error(error)
         self._wakeup.set()
 
 

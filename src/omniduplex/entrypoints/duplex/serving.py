@@ -2,8 +2,9 @@
 
 One connection: accept, handshake (open with ``session.update`` / a first command /
 ``?model=``, or ``session.resume``), then a reader loop that decodes frames into typed
-commands for the session's handle. One session: a pump, which outlives connections, reads
-the handle's events, renders them in the session's dialect and hands them to whichever
+commands for the session's handle. One session: a ``_SessionStream``, which outlives
+connections, takes the handle's events as the engine delivers them (no outbox of its own
+in between), renders them in the session's dialect and hands them to whichever
 connection serves the session now (numbered and journaled as they are sent), or to the
 journal alone while the session is detached. The session renders through the envelope of
 the connection that opened or last resumed it: its dialect, and whether our Tier 3 event
@@ -26,7 +27,7 @@ from ...engine.errors import EngineError
 from ...protocol.duplex import DuplexCommandError
 from ...protocol.duplex import commands as cmd
 from ...protocol.duplex import events as ev
-from ..duplex_omni import DuplexOmni, DuplexSessionHandle
+from ..duplex_omni import DuplexOmni, DuplexSessionHandle, EventSink
 from ..openai.metrics import ServerMetrics
 from .connection import RealtimeConnection
 from .journal import DuplexTransportError, JournalGap
@@ -44,8 +45,9 @@ class _Session:
     envelope: RealtimeEnvelope
     resumable: bool
     credentials: tuple[int, str] | None
-    pump: asyncio.Task[None] | None = None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    # Why the session ended, for the close frame every client gets (stock ones too).
+    terminal_reason: str = "session_closed"
     # Errors for fields of the opening session.update that were not applied: they follow
     # session.created, like the errors of any later update follow its session.updated.
     opening_errors: list[dict[str, Any]] = field(default_factory=list)
@@ -73,6 +75,7 @@ class OmniDuplexSessionHandler:
         )
         self._sessions: dict[str, _Session] = {}
         self._shutting_down = False
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # ---- one connection ---------------------------------------------------------------
 
@@ -192,7 +195,7 @@ class OmniDuplexSessionHandler:
             ],
         )
         self._sessions[session_id] = state
-        state.pump = loop.create_task(self._pump(session_id, state))
+        handle.deliver_to(_SessionStream(self, session_id, state))
         if pending is not None:
             self._submit(envelope, conn, handle, pending)
         return session_id
@@ -346,40 +349,27 @@ class OmniDuplexSessionHandler:
             await old.abandon(1000, "session_replaced")
         return session_id
 
-    # ---- the session pump --------------------------------------------------------------
+    # ---- the end of a session -----------------------------------------------------------
 
-    async def _pump(self, session_id: str, state: _Session) -> None:
-        terminal_reason = "session_closed"
-        try:
-            async for event in state.handle.events():
-                if isinstance(event, ev.SessionClosed):
-                    # The close reason reaches every client, in the close frame.
-                    terminal_reason = str(getattr(event, "reason", "") or terminal_reason)
-                rendered = state.envelope.render(event)
-                if rendered is None:
-                    continue
-                if isinstance(event, ev.SessionCreated) and state.credentials:
-                    rendered["attachment_generation"], rendered["resume_token"] = state.credentials
-                conn = self.registry.socket_of(session_id)
-                after = state.opening_errors if isinstance(event, ev.SessionCreated) else []
-                for out in (rendered, *after):
-                    if isinstance(conn, RealtimeConnection) and not conn.closed:
-                        conn.send_event(out)
-                    else:
-                        self.registry.sequence(session_id, out)
-                after.clear()
-        except EngineError as exc:
-            log.warning("session %s: engine ended: %s", session_id, exc)
-        finally:
-            state.ended.set()
-            self.metrics.session_ended(session_id)
-            conn = self.registry.socket_of(session_id)
-            self._sessions.pop(session_id, None)
-            if isinstance(conn, RealtimeConnection):
-                # The terminal event is numbered as it is sent: keep the journal until then.
-                conn.close_after_pending(1000, terminal_reason[:120])
-                await conn.drain()
-            self.registry.forget(session_id)
+    def _session_ended(self, session_id: str, state: _Session) -> None:
+        """The session's terminal event was handed on (or the engine died): close its
+        socket once that is sent, then forget it."""
+        if state.ended.is_set():
+            return
+        state.ended.set()
+        self.metrics.session_ended(session_id)
+        self._sessions.pop(session_id, None)
+        task = asyncio.get_running_loop().create_task(self._finish(session_id, state))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _finish(self, session_id: str, state: _Session) -> None:
+        conn = self.registry.socket_of(session_id)
+        if isinstance(conn, RealtimeConnection):
+            # The terminal event is numbered as it is sent: keep the journal until then.
+            conn.close_after_pending(1000, state.terminal_reason[:120])
+            await conn.drain()
+        self.registry.forget(session_id)
 
     # ---- disconnects ------------------------------------------------------------------
 
@@ -434,3 +424,46 @@ class OmniDuplexSessionHandler:
 def _offered(websocket: WebSocket) -> list[str]:
     raw = websocket.headers.get("sec-websocket-protocol", "")
     return [p.strip() for p in raw.split(",") if p.strip()]
+
+
+class _SessionStream(EventSink):
+    """One session's events on their way out, pushed by the engine as they arrive.
+
+    Each is rendered through the envelope of the connection that opened or last resumed
+    the session and handed to the socket that serves it now, whose queue is the one
+    bounded buffer between the engine and the client (it numbers events as they are
+    sent and drops the unsent audio of a cancelled response); while the session is
+    detached, it is numbered into the journal at once, for a resume to replay.
+    """
+
+    def __init__(self, handler: OmniDuplexSessionHandler, session_id: str, state: _Session):
+        self.handler = handler
+        self.session_id = session_id
+        self.state = state
+
+    def on_event(self, event: Any) -> None:
+        state = self.state
+        if isinstance(event, ev.SessionClosed):
+            state.terminal_reason = str(getattr(event, "reason", "") or state.terminal_reason)
+        rendered = state.envelope.render(event)
+        if rendered is not None:
+            if isinstance(event, ev.SessionCreated) and state.credentials:
+                rendered["attachment_generation"], rendered["resume_token"] = state.credentials
+            after = state.opening_errors if isinstance(event, ev.SessionCreated) else []
+            for out in (rendered, *after):
+                self._hand_on(out)
+            after.clear()
+        if isinstance(event, ev.SessionClosed):
+            self.handler._session_ended(self.session_id, state)
+
+    def on_error(self, error: BaseException) -> None:
+        log.warning("session %s: engine ended: %s", self.session_id, error)
+        self.handler._session_ended(self.session_id, self.state)
+
+    def _hand_on(self, rendered: dict[str, Any]) -> None:
+        registry = self.handler.registry
+        conn = registry.socket_of(self.session_id)
+        if isinstance(conn, RealtimeConnection) and not conn.closed:
+            conn.send_event(rendered)
+        else:
+            registry.sequence(self.session_id, rendered)
