@@ -8,9 +8,10 @@ Threads and loops::
     stage workers            --events----------> orchestrator loop (call_soon_threadsafe)
     orchestrator loop        --outputs---------> caller loop (asyncio.Queue ``outputs``)
 
-Outputs cross to the caller's loop in batches: what one orchestrator loop iteration (a
-mailbox step, a stage step) emitted is handed over in one ``call_soon_threadsafe``, one
-wake-up of the caller's loop, in order.
+Both directions cross in batches, in order, one ``call_soon_threadsafe`` (one wake-up of
+the other loop) per batch: outputs, what one orchestrator loop iteration (a mailbox step,
+a stage step) emitted; requests, what one iteration of a caller's loop submitted
+(``submit`` and ``call`` share the batch, so they keep their one order).
 
 One-way messages and RPCs share one ordered request stream. Subclasses choose the
 orchestrator (``_create_orchestrator``), may validate the deployment before any stage
@@ -70,6 +71,10 @@ class OmniEngineBase(ABC):
         self._outputs: asyncio.Queue[object] | None = None
         # Outputs of the current orchestrator loop iteration, not yet handed over.
         self._unsent_outputs: list[object] = []
+        # Requests of the current caller loop iteration, not yet handed over (callers may
+        # be on several threads: the lock keeps one order).
+        self._unsent_requests: list[_Request] = []
+        self._requests_lock = threading.Lock()
         self._dead_reason: str | None = None
         # RPC replies not yet resolved, failed at teardown so no caller waits forever.
         self._pending_replies: set[concurrent.futures.Future[Any]] = set()
@@ -290,11 +295,37 @@ class OmniEngineBase(ABC):
 
     def submit(self, message: object) -> None:
         """Queue a one-way message for the orchestrator; thread-safe, never blocks."""
+        self._send_request((message, None))
+
+    def _send_request(self, request: _Request) -> None:
+        """Queue ``request`` for the orchestrator behind every earlier one. From a running
+        loop it joins that loop iteration's batch; from a plain thread it goes at once."""
         loop, orchestrator = self._require_serving()
         try:
-            loop.call_soon_threadsafe(orchestrator.enqueue, message)
-        except RuntimeError as exc:  # the loop closed under us: shutdown raced this call
-            raise EngineNotRunningError("engine is shutting down") from exc
+            caller = asyncio.get_running_loop()
+        except RuntimeError:
+            caller = None
+        with self._requests_lock:
+            self._unsent_requests.append(request)
+            first = len(self._unsent_requests) == 1
+        if caller is None:
+            self._flush_requests(loop, orchestrator)
+        elif first:
+            caller.call_soon(self._flush_requests, loop, orchestrator)
+
+    def _flush_requests(
+        self, loop: asyncio.AbstractEventLoop, orchestrator: OrchestratorBase
+    ) -> None:
+        with self._requests_lock:
+            batch, self._unsent_requests = self._unsent_requests, []
+        if not batch:
+            return
+        try:
+            loop.call_soon_threadsafe(_enqueue_all, orchestrator, batch)
+        except RuntimeError:  # the loop closed under us: shutdown raced these requests
+            for _, reply in batch:
+                if reply is not None and reply.set_running_or_notify_cancel():
+                    reply.set_exception(EngineNotRunningError("engine is shutting down"))
 
     async def call(self, target: CallTarget, *, timeout: float | None = None) -> Any:
         """Run an RPC on the orchestrator loop and await its result.
@@ -303,15 +334,10 @@ class OmniEngineBase(ABC):
         orchestrator. It is queued behind earlier ``submit``s. On timeout or cancellation
         the caller stops waiting, but an RPC that already started still completes.
         """
-        loop, orchestrator = self._require_serving()
         reply: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._send_request((target, reply))
         self._pending_replies.add(reply)
         reply.add_done_callback(self._pending_replies.discard)
-        try:
-            loop.call_soon_threadsafe(orchestrator.enqueue, target, reply)
-        except RuntimeError as exc:
-            reply.cancel()
-            raise EngineNotRunningError("engine is shutting down") from exc
         return await asyncio.wait_for(asyncio.wrap_future(reply), timeout)
 
     # ---- shutdown ---------------------------------------------------------------------
@@ -363,3 +389,12 @@ def _running_here(loop: asyncio.AbstractEventLoop) -> bool:
 def _put_all(queue: asyncio.Queue[object], batch: list[object]) -> None:
     for message in batch:
         queue.put_nowait(message)
+
+
+# A message for the orchestrator and, for an RPC, the future its answer goes to.
+_Request = tuple[Any, "concurrent.futures.Future[Any] | None"]
+
+
+def _enqueue_all(orchestrator: OrchestratorBase, batch: list[_Request]) -> None:
+    for message, reply in batch:
+        orchestrator.enqueue(message, reply)
