@@ -5,7 +5,8 @@ Threads and loops::
 
     caller loop (API server) --submit / call--> orchestrator loop (own thread)
     orchestrator loop        --stage messages--> stage workers (threads / processes)
-    stage workers            --events----------> orchestrator loop (call_soon_threadsafe)
+    stage workers            --events----------> orchestrator loop (call_soon_threadsafe,
+                                                  one per burst of events)
     orchestrator loop        --outputs---------> caller loop (asyncio.Queue ``outputs``)
 
 Both directions cross in batches, in order, one ``call_soon_threadsafe`` (one wake-up of
@@ -67,6 +68,11 @@ class OmniEngineBase(ABC):
         self._orchestrator: OrchestratorBase | None = None
         # Worker events that arrive before the orchestrator exists (orchestrator loop only).
         self._early_events: list[object] = []
+        # Worker events not yet on the orchestrator loop: a burst (one stage step's
+        # outputs) takes one wake-up of that loop. Filled on worker threads.
+        self._worker_events: list[object] = []
+        self._worker_events_due = False
+        self._worker_events_lock = threading.Lock()
         self._output_loop: asyncio.AbstractEventLoop | None = None
         self._outputs: asyncio.Queue[object] | None = None
         # Outputs of the current orchestrator loop iteration, not yet handed over.
@@ -232,10 +238,25 @@ class OmniEngineBase(ABC):
         loop = self._loop
         if loop is None:
             return
+        with self._worker_events_lock:
+            self._worker_events.append(event)
+            if self._worker_events_due:
+                return  # the wake-up already asked for takes this one too
+            self._worker_events_due = True
         try:
-            loop.call_soon_threadsafe(self._deliver_worker_event, event)
+            loop.call_soon_threadsafe(self._deliver_worker_events)
         except RuntimeError:
             log.debug("worker event after the orchestrator loop closed: %r", event)
+
+    def _deliver_worker_events(self) -> None:
+        with self._worker_events_lock:
+            batch, self._worker_events = self._worker_events, []
+            self._worker_events_due = False
+        for event in batch:
+            try:
+                self._deliver_worker_event(event)
+            except Exception:  # one bad event must not take the rest of its burst along
+                log.exception("handling worker event %r failed", type(event).__name__)
 
     def _deliver_worker_event(self, event: object) -> None:
         if self._orchestrator is None:
