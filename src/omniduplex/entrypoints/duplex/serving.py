@@ -1,4 +1,4 @@
-"""``OmniDuplexSessionHandler``: the Realtime WebSocket route, transport only.
+"""``RealtimeRoute``: the Realtime WebSocket route, transport only.
 
 One connection: accept, handshake (open with ``session.update`` / a first command /
 ``?model=``, or ``session.resume``), then a reader loop that decodes frames into typed
@@ -8,7 +8,7 @@ in between), renders them in the session's dialect and hands them to whichever
 connection serves the session now (numbered and journaled as they are sent), or to the
 journal alone while the session is detached. The session renders through the envelope of
 the connection that opened or last resumed it: its dialect, and whether our Tier 3 event
-types go out at all (``RealtimeEnvelope.render``). The handler keeps no session state beyond
+types go out at all (``RealtimeEnvelope.render``). The route keeps no session state beyond
 the attachment registry.
 """
 
@@ -53,7 +53,9 @@ class _Session:
     opening_errors: list[dict[str, Any]] = field(default_factory=list)
 
 
-class OmniDuplexSessionHandler:
+class RealtimeRoute:
+    """Serves ``/v1/realtime`` and ``/v1/duplex`` for one ``DuplexOmni``."""
+
     def __init__(
         self,
         omni: DuplexOmni,
@@ -436,8 +438,8 @@ class _SessionStream(EventSink):
     detached, it is numbered into the journal at once, for a resume to replay.
     """
 
-    def __init__(self, handler: OmniDuplexSessionHandler, session_id: str, state: _Session):
-        self.handler = handler
+    def __init__(self, route: RealtimeRoute, session_id: str, state: _Session):
+        self.route = route
         self.session_id = session_id
         self.state = state
 
@@ -454,14 +456,14 @@ class _SessionStream(EventSink):
                 self._hand_on(out)
             after.clear()
         if isinstance(event, ev.SessionClosed):
-            self.handler._session_ended(self.session_id, state)
+            self.route._session_ended(self.session_id, state)
 
     def on_error(self, error: BaseException) -> None:
         log.warning("session %s: engine ended: %s", self.session_id, error)
-        self.handler._session_ended(self.session_id, self.state)
+        self.route._session_ended(self.session_id, self.state)
 
     def _hand_on(self, rendered: dict[str, Any]) -> None:
-        registry = self.handler.registry
+        registry = self.route.registry
         conn = registry.socket_of(self.session_id)
         if isinstance(conn, RealtimeConnection) and not conn.closed:
             conn.send_event(rendered)

@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ...protocol.duplex import ErrorEvent
 from ..async_omni import AsyncOmni
 from ..duplex.chat_completions import DuplexChatCompletionsAdapter
-from ..duplex.serving import OmniDuplexSessionHandler
+from ..duplex.serving import RealtimeRoute
 from ..duplex_omni import DuplexOmni
 from ..turn_responses import DuplexModelPlugin, turn_responder
 from ..web.static_routes import mount_web_page
@@ -80,7 +80,7 @@ def build_app(
     routes only (chat completions through ``plugin``, when the model has one).
     """
     duplex = isinstance(omni, DuplexOmni)
-    handler_box: dict[str, OmniDuplexSessionHandler] = {}
+    handler_box: dict[str, RealtimeRoute] = {}
     metrics = ServerMetrics()
     created = int(time.time())
 
@@ -89,7 +89,7 @@ def build_app(
         await omni.start()
         app.state.loop = asyncio.get_running_loop()
         if duplex:
-            handler_box["handler"] = OmniDuplexSessionHandler(omni, metrics=metrics)
+            handler_box["handler"] = RealtimeRoute(omni, metrics=metrics)
         app.state.ready = True
         try:
             yield
