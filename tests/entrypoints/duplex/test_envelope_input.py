@@ -9,6 +9,8 @@ import orjson
 import pytest
 
 from omniduplex.entrypoints.duplex.realtime_input import (
+    HandshakeState,
+    HandshakeStateError,
     RealtimeEnvelope,
     encode_frame,
     select_dialect,
@@ -191,8 +193,7 @@ def test_first_message_session_update_opens_with_its_session() -> None:
 
 
 def test_other_first_message_opens_the_default_session_then_runs() -> None:
-    envelope = RealtimeEnvelope.from_request({"model": "m", "autostart": "1"})
-    envelope._autostart_done = True  # pretend the route already tried autostart
+    envelope = RealtimeEnvelope.from_request({"model": "m", "autostart": "0"})
     message = envelope.first_message(_frame(type="input_audio_buffer.commit"))
     assert message.kind == "open_default"
     assert message.session_payload == {"model": "m"}
@@ -329,3 +330,28 @@ def test_transport_errors_render_through_error_frame_for() -> None:
     assert error["error"]["type"] == "invalid_request_error"
     assert error["error"]["event_id"] == "e10"
     assert encode_frame({"a": 1}) == b'{"a":1}'
+
+
+# ---- the handshake state machine --------------------------------------------------------
+
+
+def test_handshake_steps_and_what_is_out_of_order() -> None:
+    envelope = RealtimeEnvelope.from_request({"model": "m"})
+    assert envelope.state is HandshakeState.AWAITING_FIRST
+    assert envelope.initial_open() == {"model": "m"}
+    assert envelope.state is HandshakeState.OPENING
+    with pytest.raises(HandshakeStateError):
+        envelope.first_message(_frame(type="session.update", session={}))  # already opening
+    envelope.bind_session("duplex-s")
+    assert envelope.state is HandshakeState.OPEN and envelope.opened
+    with pytest.raises(HandshakeStateError):
+        envelope.bind_session("duplex-t")  # one session per connection
+
+
+def test_a_refused_first_message_leaves_the_handshake_waiting() -> None:
+    envelope = RealtimeEnvelope.from_request({"resume": "1"})
+    _refusal(envelope.first_message, _frame(type="session.update", session={}))
+    assert envelope.state is HandshakeState.AWAITING_FIRST
+    resume = _frame(type="session.resume", session_id="duplex-x", resume_token="tok")
+    assert envelope.first_message(resume).kind == "resume"
+    assert envelope.state is HandshakeState.RESUMING

@@ -41,6 +41,15 @@ Handshake (decisions 9 and 17):
    on ``decode(frame)`` handles every frame; ``session.resume`` is refused there with
    ``unsupported_session_resume``.
 
+The handshake is an explicit state machine (``HandshakeState``), with only these steps::
+
+    AWAITING_FIRST --initial_open / first_message (open)--> OPENING --bind_session--> OPEN
+    AWAITING_FIRST --first_message (session.resume)--> RESUMING --bind_session--> OPEN
+    AWAITING_FIRST --bind_session--> OPEN
+
+A refused first message leaves it where it was; any other step raises
+``HandshakeStateError`` (the route asked for something out of order).
+
 Errors and ``server_event_seq`` (decision 2): before a session is bound, errors are
 transport-local and carry no seq (``error_frame`` encodes them directly). Once bound, the
 same call passes the rendered error through ``sequencer`` (normally the route's "journal
@@ -57,6 +66,7 @@ up the formats the session negotiated before (the serving layer keeps no copy of
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -105,6 +115,27 @@ _SPEECH_EVENTS: Final = (
 
 Sequencer = Callable[[dict[str, Any]], bytes]
 FirstKind = Literal["resume", "open", "open_default"]
+
+
+class HandshakeState(enum.Enum):
+    AWAITING_FIRST = "awaiting_first"  # nothing is open; autostart or the first frame decide
+    OPENING = "opening"  # the route opens a session (autostart, or the first message)
+    RESUMING = "resuming"  # the first message was session.resume
+    OPEN = "open"  # a session is bound: decode() handles every frame
+
+
+_HANDSHAKE_STEPS: Final = {
+    HandshakeState.AWAITING_FIRST: frozenset(
+        {HandshakeState.OPENING, HandshakeState.RESUMING, HandshakeState.OPEN}
+    ),
+    HandshakeState.OPENING: frozenset({HandshakeState.OPEN}),
+    HandshakeState.RESUMING: frozenset({HandshakeState.OPEN}),
+    HandshakeState.OPEN: frozenset(),
+}
+
+
+class HandshakeStateError(RuntimeError):
+    """A handshake step out of order (a bug in the route, not the client's doing)."""
 
 
 def encode_frame(rendered: Mapping[str, Any]) -> bytes:
@@ -194,7 +225,7 @@ class RealtimeEnvelope:
     max_event_bytes: int = MAX_EVENT_BYTES
     session_id: str | None = None
     sequencer: Sequencer | None = field(default=None, repr=False)
-    _autostart_done: bool = field(default=False, repr=False)
+    state: HandshakeState = HandshakeState.AWAITING_FIRST
     # The session's turn detection as its last session object said (created/updated).
     _server_detects_turns: bool = field(default=False, repr=False)
 
@@ -229,7 +260,12 @@ class RealtimeEnvelope:
 
     @property
     def opened(self) -> bool:
-        return self.session_id is not None
+        return self.state is HandshakeState.OPEN
+
+    def _step(self, to: HandshakeState) -> None:
+        if to not in _HANDSHAKE_STEPS[self.state]:
+            raise HandshakeStateError(f"handshake {self.state.value} -> {to.value}")
+        self.state = to
 
     def initial_open(self) -> dict[str, Any] | None:
         """Decision 17: the session payload to open before reading anything, or ``None``.
@@ -238,18 +274,19 @@ class RealtimeEnvelope:
         ``?autostart=0`` nor is resume-only.
         """
         if (
-            self._autostart_done
-            or self.opened
+            self.state is not HandshakeState.AWAITING_FIRST
             or not self.autostart
             or self.resume_only
             or not self.default_model
         ):
             return None
-        self._autostart_done = True
+        self._step(HandshakeState.OPENING)
         return {"model": self.default_model}
 
     def first_message(self, frame: str | bytes) -> FirstMessage:
         """Classify the connection's first frame (see the module docstring)."""
+        if self.state is not HandshakeState.AWAITING_FIRST:
+            raise HandshakeStateError(f"first_message in handshake state {self.state.value}")
         obj = self._parse(frame)
         wire_type = obj["type"]
         if self.resume_only and wire_type != ResumeSession.type:
@@ -263,7 +300,9 @@ class RealtimeEnvelope:
         command = command_from_realtime(obj, defaults=self.defaults)
         self._note_extension_use(command)
         if isinstance(command, ResumeSession):
+            self._step(HandshakeState.RESUMING)
             return FirstMessage("resume", command)
+        self._step(HandshakeState.OPENING)
         if isinstance(command, UpdateSession) and wire_type == UpdateSession.type:
             self._fold(command)
             return FirstMessage("open", command, dict(command.patch))
@@ -271,6 +310,7 @@ class RealtimeEnvelope:
 
     def bind_session(self, session_id: str, sequencer: Sequencer | None = None) -> None:
         """The session exists: errors now go through ``sequencer`` (journaled, numbered)."""
+        self._step(HandshakeState.OPEN)
         self.session_id = session_id
         self.sequencer = sequencer
 
@@ -403,6 +443,8 @@ __all__ = [
     "TRUE_VALUES",
     "AckEvents",
     "FirstMessage",
+    "HandshakeState",
+    "HandshakeStateError",
     "RealtimeEnvelope",
     "ResumeSession",
     "Sequencer",
