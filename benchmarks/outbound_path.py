@@ -202,7 +202,7 @@ async def measure_tree(source: Path | None, args: argparse.Namespace, work: Path
         await fast.wait_ready()
         floor = await heartbeat_floor(fast, 100 if args.quick else 500)
         result["heartbeat_rtt_ms"] = {f"p{q}": percentile(floor, q) for q in (50, 95, 99)}
-        result["cpu_per_event"] = await cpu_per_event(fast, *((4, 2) if args.quick else (8, 5)))
+        result["cpu_per_event"] = await cpu_per_event(fast, *((4, 2) if args.quick else (8, 20)))
     finally:
         fast.stop()
     paced = Server("loopback", source=source)
@@ -276,7 +276,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     }
     floor = FloorServer()
     try:
-        out["transport_floor"] = await cpu_per_event(floor, *((4, 2) if args.quick else (8, 5)))
+        out["transport_floor"] = await cpu_per_event(floor, *((4, 2) if args.quick else (8, 20)))
     finally:
         floor.stop()
     with tempfile.TemporaryDirectory() as scratch, worktree(commit) as baseline:
