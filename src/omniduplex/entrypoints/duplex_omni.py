@@ -86,7 +86,7 @@ def _with(event: dict[str, Any], **optional: Any) -> dict[str, Any]:
     return event
 
 
-class EventSink(ABC):
+class EventConsumer(ABC):
     """Takes a session's events as they arrive, on the caller's loop (``deliver_to``).
 
     Both methods are called synchronously from the output pump: they must not block.
@@ -139,7 +139,7 @@ class DuplexSessionHandle:
         self._terminal_queued = False
         self._ended = False
         self._error: BaseException | None = None
-        self._sink: EventSink | None = None
+        self._consumer: EventConsumer | None = None
 
     # ---- caller side ------------------------------------------------------------------
 
@@ -259,14 +259,14 @@ class DuplexSessionHandle:
     def heartbeat(self) -> Any:
         return self.send({"type": "session.heartbeat"})
 
-    def deliver_to(self, sink: EventSink) -> None:
-        """Push every event to ``sink`` instead of the outbox, from now on; what the
+    def deliver_to(self, consumer: EventConsumer) -> None:
+        """Push every event to ``consumer`` instead of the outbox, from now on; what the
         outbox already holds goes first. ``events()`` yields nothing after this."""
-        self._sink = sink
+        self._consumer = consumer
         for event in self._outbox.take_all():
-            sink.on_event(event)
+            consumer.on_event(event)
         if self._error is not None:
-            sink.on_error(self._error)
+            consumer.on_error(self._error)
 
     async def events(self) -> AsyncIterator[Any]:
         while not self._ended:
@@ -332,9 +332,9 @@ class DuplexSessionHandle:
             log.debug("session %s: event after its terminal dropped", self.session_id)
             return
         terminal = isinstance(event, ev.SessionClosed)
-        if self._sink is not None:
+        if self._consumer is not None:
             self._terminal_queued = terminal
-            self._sink.on_event(event)
+            self._consumer.on_event(event)
             return
         if _is_cancelled_done(event):
             self._outbox.drop_media_of(getattr(event, "response_id", None))
@@ -372,8 +372,8 @@ class DuplexSessionHandle:
         if self._terminal_queued or self._error is not None:
             return
         self._error = error
-        if self._sink is not None:
-            self._sink.on_error(error)
+        if self._consumer is not None:
+            self._consumer.on_error(error)
         self._wakeup.set()
 
 

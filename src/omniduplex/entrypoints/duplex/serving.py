@@ -27,7 +27,7 @@ from ...engine.errors import EngineError
 from ...protocol.duplex import DuplexCommandError
 from ...protocol.duplex import commands as cmd
 from ...protocol.duplex import events as ev
-from ..duplex_omni import DuplexOmni, DuplexSessionHandle, EventSink
+from ..duplex_omni import DuplexOmni, DuplexSessionHandle, EventConsumer
 from ..openai.metrics import ServerMetrics
 from .connection import RealtimeConnection
 from .journal import DuplexTransportError, JournalGap
@@ -428,7 +428,7 @@ def _offered(websocket: WebSocket) -> list[str]:
     return [p.strip() for p in raw.split(",") if p.strip()]
 
 
-class _SessionStream(EventSink):
+class _SessionStream(EventConsumer):
     """One session's events on their way out, pushed by the engine as they arrive.
 
     Each is rendered through the envelope of the connection that opened or last resumed
