@@ -49,12 +49,11 @@ from websockets.asyncio.server import ServerConnection, serve
 from serving import (
     Server,
     cancel_round,
-    cpu_seconds,
+    cpu_per_event,
     free_port,
     heartbeat_floor,
     percentile,
     speech,
-    talk,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,21 +122,6 @@ class FloorServer:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
-
-
-async def cpu_per_event(server: Any, sessions: int, turns: int) -> dict[str, Any]:
-    """Server CPU per event delivered, ``sessions`` clients talking ``turns`` turns each."""
-    chunks = speech(2000)
-    before = cpu_seconds(server.proc.pid)
-    counts = await asyncio.gather(*(talk(server, turns, chunks) for _ in range(sessions)))
-    spent = cpu_seconds(server.proc.pid) - before
-    events = sum(counts)
-    return {
-        "events": events,
-        "server_cpu_s": spent,
-        "per_event_us": spent / events * 1e6,
-        "sessions": sessions,
-    }
 
 
 # ---- one tree -----------------------------------------------------------------------

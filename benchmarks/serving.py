@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -134,6 +135,22 @@ async def talk(server: Server, turns: int, chunks: list[str]) -> int:
     return events
 
 
+async def cpu_per_event(server: Any, sessions: int, turns: int) -> dict[str, Any]:
+    """Server CPU per event delivered, ``sessions`` clients talking ``turns`` turns each
+    (``server`` is anything with ``proc`` and ``url``, our server or a transport floor)."""
+    chunks = speech(2000)
+    before = cpu_seconds(server.proc.pid)
+    counts = await asyncio.gather(*(talk(server, turns, chunks) for _ in range(sessions)))
+    spent = cpu_seconds(server.proc.pid) - before
+    events = sum(counts)
+    return {
+        "events": events,
+        "server_cpu_s": spent,
+        "per_event_us": spent / events * 1e6,
+        "sessions": sessions,
+    }
+
+
 async def cancel_round(server: Server, chunks: list[str]) -> tuple[float, int]:
     async with connect(server.url("?model=loopback"), max_size=None) as ws:
         await ws.recv()
@@ -175,18 +192,7 @@ async def main(quick: bool) -> dict:
             "p95": percentile(floor, 95),
             "p99": percentile(floor, 99),
         }
-        sessions, turns = (4, 2) if quick else (8, 5)
-        chunks = speech(2000)
-        before = cpu_seconds(fast.proc.pid)
-        counts = await asyncio.gather(*(talk(fast, turns, chunks) for _ in range(sessions)))
-        spent = cpu_seconds(fast.proc.pid) - before
-        events = sum(counts)
-        results["cpu_per_event_us"] = {
-            "events": events,
-            "server_cpu_s": spent,
-            "per_event_us": spent / events * 1e6,
-            "sessions": sessions,
-        }
+        results["cpu_per_event_us"] = await cpu_per_event(fast, *((4, 2) if quick else (8, 5)))
     finally:
         fast.stop()
     paced = Server("loopback")
