@@ -79,7 +79,7 @@ def test_register_returns_a_fresh_token_and_generation_one(registry) -> None:
 def test_non_resumable_session_gets_no_token_and_keeps_no_journal(registry) -> None:
     token, generation = _open(registry, resumable=False)
     assert token is None and generation == 1
-    assert orjson.loads(registry.sequence(SID, _ev(1)))["server_event_seq"] == 1
+    assert orjson.loads(registry.journal(SID).append(_ev(1))[1])["server_event_seq"] == 1
     assert len(registry.journal(SID)) == 0
     with pytest.raises(UnsupportedSessionResume) as info:
         registry.authenticate_resume(SID, "anything", 0)
@@ -252,11 +252,11 @@ def test_bad_tokens_are_refused(registry, bad) -> None:
 def test_seq_ahead_is_a_conflict_and_a_gap_is_a_gap(registry, clock) -> None:
     token, _ = _open(registry)
     for n in range(1, 6):
-        registry.sequence(SID, _ev(n))
+        registry.journal(SID).append(_ev(n))[1]
     with pytest.raises(JournalAhead) as info:
         registry.authenticate_resume(SID, token, 6)
     assert info.value.code == "session_resume_conflict"
-    registry.ack(SID, 3)
+    registry.journal(SID).ack(3)
     with pytest.raises(JournalGap):
         registry.authenticate_resume(SID, token, 2)
     assert len(registry.authenticate_resume(SID, token, 3).replay) == 2
@@ -264,7 +264,7 @@ def test_seq_ahead_is_a_conflict_and_a_gap_is_a_gap(registry, clock) -> None:
 
 def test_gap_that_opens_during_the_engine_step_fails_activation(registry, clock) -> None:
     token, _ = _open(registry)
-    registry.sequence(SID, _ev(1))
+    registry.journal(SID).append(_ev(1))[1]
     grant = registry.authenticate_resume(SID, token, 0)
     clock.now += 61  # the engine RPC took longer than the TTL
     with pytest.raises(JournalGap):
@@ -275,22 +275,20 @@ def test_gap_that_opens_during_the_engine_step_fails_activation(registry, clock)
 
 def test_activation_replays_events_sequenced_after_authentication(registry) -> None:
     token, _ = _open(registry)
-    early = registry.sequence(SID, _ev(1))
+    early = registry.journal(SID).append(_ev(1))[1]
     grant = registry.authenticate_resume(SID, token, 0)
-    late = registry.sequence(SID, _ev(2))
+    late = registry.journal(SID).append(_ev(2))[1]
     final = registry.activate(grant, Socket("b"))
     assert final.replay == [early, late]
 
 
 def test_ack_errors_carry_invalid_event_ack(registry) -> None:
     _open(registry)
-    registry.sequence(SID, _ev(1))
+    registry.journal(SID).append(_ev(1))[1]
     with pytest.raises(InvalidEventAck) as info:
-        registry.ack(SID, 2)
+        registry.journal(SID).ack(2)
     assert info.value.code == "invalid_event_ack"
-    with pytest.raises(InvalidEventAck):
-        registry.ack("duplex-nope", 0)
-    assert registry.ack(SID, 1) == 1
+    assert registry.journal(SID).ack(1) == 1
 
 
 # ---- sockets ----------------------------------------------------------------------------
@@ -321,7 +319,7 @@ def test_detached_session_still_sequences(registry) -> None:
     a = Socket("a")
     token, _ = _open(registry, socket=a)
     registry.detach(SID, a)
-    sent = [registry.sequence(SID, _ev(n)) for n in range(1, 4)]
+    sent = [registry.journal(SID).append(_ev(n))[1] for n in range(1, 4)]
     assert registry.resume(SID, token, 1, Socket("b")).replay == sent[1:]
 
 
@@ -332,7 +330,7 @@ def test_forget_returns_the_socket_and_drops_the_journal(registry) -> None:
     assert registry.forget(SID) is a
     assert SID not in registry and registry.forget(SID) is None
     with pytest.raises(KeyError):
-        registry.sequence(SID, _ev(1))
+        registry.journal(SID).append(_ev(1))[1]
     assert SID not in repr(registry)
 
 

@@ -41,10 +41,10 @@ async def test_overflow_is_reported_and_the_queue_stays_bounded() -> None:
     conn = RealtimeConnection(
         socket, max_events=32, max_bytes=1 << 20, on_overflow=overflowed.append
     )
-    conn.bind(lambda r: journal.append(r)[1])
+    conn.protocol.opened("duplex-s", journal, public_session=None)
     conn.start()
     for n in range(40):
-        conn.send_event(_delta("resp_1", n))
+        conn.protocol.send_event(_delta("resp_1", n))
     await asyncio.sleep(0)
     assert overflowed and overflowed[0] is conn
     await conn.abandon(1001, "detached")
@@ -57,15 +57,15 @@ async def test_a_cancelled_response_done_overtakes_its_unsent_audio() -> None:
     socket = StalledSocket()
     journal = ReplayJournal(max_bytes=1 << 20, ttl_s=60)
     conn = RealtimeConnection(socket, max_events=1000, max_bytes=1 << 22)
-    conn.bind(lambda r: journal.append(r)[1])
+    conn.protocol.opened("duplex-s", journal, public_session=None)
     conn.start()
-    conn.send_event(_delta("resp_1", 0))
+    conn.protocol.send_event(_delta("resp_1", 0))
     while not socket.sent:  # the writer took the first delta and is stuck sending it
         await asyncio.sleep(0)
     for n in range(1, 10):
-        conn.send_event(_delta("resp_1", n))
-    conn.send_event(_delta("resp_2", 99))
-    conn.send_event(
+        conn.protocol.send_event(_delta("resp_1", n))
+    conn.protocol.send_event(_delta("resp_2", 99))
+    conn.protocol.send_event(
         {
             "type": "response.done",
             "event_id": "d",
@@ -74,7 +74,7 @@ async def test_a_cancelled_response_done_overtakes_its_unsent_audio() -> None:
     )
     await asyncio.sleep(0)
     socket.release.set()
-    conn.close_after_pending()
+    conn.protocol.close_after_pending()
     await conn.drain()
     types = [text for text in socket.sent]
     # the first delta was already on the wire; the other nine of resp_1 were dropped

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import orjson
@@ -304,20 +303,6 @@ def test_errors_before_a_session_carry_no_seq() -> None:
     assert "server_event_seq" not in error
     assert error["error"]["code"] == "unknown_event" and error["error"]["event_id"] == "e8"
     assert error["error"]["param"] == "type"
-
-
-def test_errors_of_a_session_are_sequenced_and_replayable() -> None:
-    registry = DuplexSessionAttachmentRegistry(clock=lambda: 0.0)
-    token, _ = registry.register("duplex-s", resumable=True)
-    created = registry.sequence("duplex-s", {"type": "session.created", "event_id": "event_c"})
-    envelope = RealtimeEnvelope(dialect="beta")
-    envelope.bind_session("duplex-s", functools.partial(registry.sequence, "duplex-s"))
-    exc = _refusal(envelope.decode, b"\x00")
-    frame = envelope.error_frame_for(exc)
-    error = orjson.loads(frame)
-    assert error["server_event_seq"] == 2 and orjson.loads(created)["server_event_seq"] == 1
-    assert error["error"]["code"] == "binary_frame_unsupported"
-    assert registry.authenticate_resume("duplex-s", token, 0).replay == [created, frame]
 
 
 def test_transport_errors_render_through_error_frame_for() -> None:

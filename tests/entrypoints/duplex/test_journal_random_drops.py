@@ -63,7 +63,7 @@ def _run(rng: random.Random, drops: int, ttl_s: float = 60.0) -> tuple[Client, i
         nonlocal produced
         for _ in range(count):
             produced += 1
-            encoded = registry.sequence(SID, _event(produced))
+            encoded = registry.journal(SID).append(_event(produced))[1]
             current = registry.socket_of(SID)
             if current is not None:
                 current.outbox.append(encoded)
@@ -77,7 +77,7 @@ def _run(rng: random.Random, drops: int, ttl_s: float = 60.0) -> tuple[Client, i
         produce(rng.randint(0, 30))
         deliver(socket, rng.randint(0, len(socket.outbox)))  # the rest is lost in flight
         if client.received and rng.random() < 0.3:
-            registry.ack(SID, rng.randint(0, client.last_seq))
+            registry.journal(SID).ack(rng.randint(0, client.last_seq))
         if rng.random() < 0.5:
             registry.detach(SID, socket)  # the server noticed the drop
             produce(rng.randint(0, 5))  # events while nobody is attached

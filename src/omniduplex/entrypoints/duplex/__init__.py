@@ -1,14 +1,19 @@
-"""The duplex WebSocket transport's sans-I/O building blocks.
+"""The duplex WebSocket transport: sans-I/O building blocks, and the route that pumps them.
 
+* ``realtime_protocol``: one socket's whole rules (``RealtimeProtocol``): frames in,
+  requests for the engine and frames out; it composes the two below and the journal;
 * ``realtime_input``: one connection's envelope (dialect, handshake rules, frame decoding,
   error frames);
+* ``outbound``: what one socket still owes its client, bounded, numbered as it leaves;
 * ``journal``: the per-session replay journal that numbers every event
   (``server_event_seq``);
-* ``session_attachment``: which socket serves which session, resume credentials, takeover.
+* ``session_attachment``: which socket serves which session, resume credentials, takeover;
+* ``connection`` and ``serving``: the asyncio side, which only moves frames between the
+  socket, the protocol and the engine.
 
 How the route answers what these raise: ``JournalGap`` -> ``session.resync_required``
 (``reason`` ``journal_gap``); any other ``DuplexTransportError`` or ``DuplexCommandError``
--> an ``error`` whose ``code`` is the exception's (``RealtimeEnvelope.error_frame_for``).
+-> an ``error`` whose ``code`` is the exception's (``RealtimeProtocol.error_for``).
 """
 
 from .journal import (
@@ -19,6 +24,7 @@ from .journal import (
     ReplayJournal,
 )
 from .realtime_input import FirstMessage, RealtimeEnvelope, encode_frame
+from .realtime_protocol import ClientCommand, OpenRequest, RealtimeProtocol, ResumeRequest
 from .session_attachment import (
     DuplexSessionAttachmentRegistry,
     InvalidResumeToken,
@@ -32,6 +38,7 @@ from .session_attachment import (
 )
 
 __all__ = [
+    "ClientCommand",
     "DuplexSessionAttachmentRegistry",
     "DuplexTransportError",
     "FirstMessage",
@@ -39,10 +46,13 @@ __all__ = [
     "InvalidResumeToken",
     "JournalAhead",
     "JournalGap",
+    "OpenRequest",
     "RealtimeEnvelope",
+    "RealtimeProtocol",
     "ReplayJournal",
     "ResumeError",
     "ResumeGrant",
+    "ResumeRequest",
     "SessionAlreadyRegistered",
     "SessionAttachment",
     "SessionResumeConflict",

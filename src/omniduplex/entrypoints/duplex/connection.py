@@ -1,10 +1,10 @@
-"""One WebSocket connection's outbound side: the asyncio pump of a ``RealtimeOutbound``.
+"""One WebSocket's writer: the asyncio pump of a ``RealtimeProtocol``.
 
 All the rules (order, bounds, numbering as frames leave, cancel overtaking unsent audio,
-the close) live in the sans-I/O ``RealtimeOutbound``; this class only moves what it hands
-out onto the socket, one frame at a time, and reports a client that stopped reading
-(the queue went over its bound: the owner treats it as disconnected; what was still
-waiting is numbered into the journal so a resume replays it).
+the close) live in the sans-I/O ``RealtimeProtocol``; this class only moves what its
+``next_frame`` hands out onto the socket, one frame at a time, and reports a client that
+stopped reading (the queue went over its bound: the owner treats it as disconnected;
+what was still waiting is numbered into the journal so a resume replays it).
 """
 
 from __future__ import annotations
@@ -13,28 +13,39 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from starlette.websockets import WebSocket
 
-from .outbound import CloseFrame, RealtimeOutbound, Sequencer
+from .outbound import CloseFrame
+from .realtime_input import RealtimeEnvelope
+from .realtime_protocol import RealtimeProtocol, SentHook
 
 log = logging.getLogger(__name__)
 
 
 class RealtimeConnection:
-    """The outbound side of one socket: its own frames and a session's ordered events."""
+    """One socket and the protocol object that decides what it carries."""
 
     def __init__(
         self,
         websocket: WebSocket,
+        envelope: RealtimeEnvelope | None = None,
         *,
         max_events: int = 2048,
         max_bytes: int = 8 * 1024 * 1024,
         on_overflow: Callable[[RealtimeConnection], None] | None = None,
+        on_sent: SentHook | None = None,
+        on_dropped: Callable[[int], None] | None = None,
     ) -> None:
         self.websocket = websocket
-        self.outbound = RealtimeOutbound(max_events=max_events, max_bytes=max_bytes)
+        self.protocol = RealtimeProtocol(
+            envelope or RealtimeEnvelope(),
+            max_events=max_events,
+            max_bytes=max_bytes,
+            on_queued=self._queued,
+            on_sent=on_sent,
+            on_dropped=on_dropped,
+        )
         self._on_overflow = on_overflow
         self._wakeup = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
@@ -42,35 +53,10 @@ class RealtimeConnection:
 
     @property
     def closed(self) -> bool:
-        return self.outbound.closed
+        return self.protocol.closed
 
     def start(self) -> None:
         self._writer = asyncio.get_running_loop().create_task(self._write())
-
-    def bind(
-        self,
-        sequencer: Sequencer,
-        *,
-        on_sent: Callable[[dict[str, Any]], None] | None = None,
-        on_dropped: Callable[[int], None] | None = None,
-    ) -> None:
-        """See ``RealtimeOutbound.bind``."""
-        self.outbound.bind(sequencer, on_sent=on_sent, on_dropped=on_dropped)
-
-    # ---- enqueue --------------------------------------------------------------------
-
-    def send_local(self, data: bytes, *, after_sent: Callable[[], None] | None = None) -> None:
-        """A frame outside the session's stream (already encoded); ``after_sent`` runs once
-        it is on the socket."""
-        self._queued(self.outbound.send_local(data, after_sent))
-
-    def send_event(self, rendered: dict[str, Any]) -> None:
-        """One event of the session's ordered stream (rendered, not yet numbered)."""
-        self._queued(self.outbound.send_event(rendered))
-
-    def close_after_pending(self, code: int = 1000, reason: str = "") -> None:
-        self.outbound.close_after_pending(code, reason)
-        self._wakeup.set()
 
     def _queued(self, over_bound: bool) -> None:
         self._wakeup.set()
@@ -83,10 +69,10 @@ class RealtimeConnection:
     # ---- the writer -------------------------------------------------------------------
 
     async def _write(self) -> None:
-        outbound = self.outbound
+        protocol = self.protocol
         try:
             while True:
-                frame = outbound.next_frame()
+                frame = protocol.next_frame()
                 if frame is None:
                     self._wakeup.clear()
                     await self._wakeup.wait()
@@ -103,7 +89,7 @@ class RealtimeConnection:
         except Exception:
             log.debug("socket write failed", exc_info=True)
         finally:
-            outbound.abandon()
+            protocol.abandon()
 
     async def abandon_writer(self) -> None:
         """Stop writing and number what still waits into the journal; the socket stays
@@ -112,7 +98,7 @@ class RealtimeConnection:
             self._writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._writer
-        self.outbound.abandon()
+        self.protocol.abandon()
 
     async def abandon(self, code: int = 1000, reason: str = "") -> None:
         """``abandon_writer``, then close the socket."""

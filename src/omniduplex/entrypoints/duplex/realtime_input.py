@@ -37,8 +37,8 @@ Handshake (decisions 9 and 17):
    (``?resume=1``) every first message but ``session.resume`` is refused with
    ``session_required``. A refused first message changes nothing: the route
    answers the error and may keep reading until ``CONFIG_TIMEOUT_S``.
-3. ``bind_session(session_id, sequencer)`` once the session is open or resumed. From then
-   on ``decode(frame)`` handles every frame; ``session.resume`` is refused there with
+3. ``bind_session(session_id)`` once the session is open or resumed. From then on
+   ``decode(frame)`` handles every frame; ``session.resume`` is refused there with
    ``unsupported_session_resume``.
 
 The handshake is an explicit state machine (``HandshakeState``), with only these steps::
@@ -50,12 +50,9 @@ The handshake is an explicit state machine (``HandshakeState``), with only these
 A refused first message leaves it where it was; any other step raises
 ``HandshakeStateError`` (the route asked for something out of order).
 
-Errors and ``server_event_seq`` (decision 2): before a session is bound, errors are
-transport-local and carry no seq (``error_frame`` encodes them directly). Once bound, the
-same call passes the rendered error through ``sequencer`` (normally the route's "journal
-and enqueue on the session's outbound path", built on
-``DuplexSessionAttachmentRegistry.sequence``), so it is numbered and replayable like
-every other event of the session.
+Errors: ``error_event`` renders one in the connection's dialect; whether it is numbered
+in the session's stream or sent as a transport-local frame (before a session exists) is
+``RealtimeProtocol``'s decision (decision 2).
 
 Input defaults: a ``session.update`` the codec accepted is folded into ``defaults``
 (``next_input_defaults``) as soon as it is decoded, because appends pipelined right behind
@@ -67,7 +64,7 @@ up the formats the session negotiated before (the serving layer keeps no copy of
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -113,7 +110,6 @@ _SPEECH_EVENTS: Final = (
     events.InputAudioBufferSpeechStopped,
 )
 
-Sequencer = Callable[[dict[str, Any]], bytes]
 FirstKind = Literal["resume", "open", "open_default"]
 
 
@@ -224,7 +220,6 @@ class RealtimeEnvelope:
     defaults: RealtimeInputDefaults = field(default_factory=RealtimeInputDefaults)
     max_event_bytes: int = MAX_EVENT_BYTES
     session_id: str | None = None
-    sequencer: Sequencer | None = field(default=None, repr=False)
     state: HandshakeState = HandshakeState.AWAITING_FIRST
     # The session's turn detection as its last session object said (created/updated).
     _server_detects_turns: bool = field(default=False, repr=False)
@@ -308,16 +303,16 @@ class RealtimeEnvelope:
             return FirstMessage("open", command, dict(command.patch))
         return FirstMessage("open_default", command, {"model": self.default_model})
 
-    def bind_session(self, session_id: str, sequencer: Sequencer | None = None) -> None:
-        """The session exists: errors now go through ``sequencer`` (journaled, numbered)."""
+    def bind_session(self, session_id: str) -> None:
+        """The session exists: ``decode`` handles every frame from now on."""
         self._step(HandshakeState.OPEN)
         self.session_id = session_id
-        self.sequencer = sequencer
 
     def adopt_session(self, session: Mapping[str, Any] | None) -> RealtimeInputDefaults:
         """Seed the input defaults from an effective session object (open or resume)."""
         if isinstance(session, Mapping):
             self.defaults = next_input_defaults(RealtimeInputDefaults(), session)
+            self._server_detects_turns = session.get("turn_detection") is not None
         return self.defaults
 
     # ---- frames ---------------------------------------------------------------------
@@ -408,11 +403,10 @@ class RealtimeEnvelope:
         param: str | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> bytes:
-        """The error's wire bytes: sequenced once a session is bound, local before."""
-        rendered = self.error_event(code, message, event_id=event_id, param=param, extra=extra)
-        if self.sequencer is not None:
-            return self.sequencer(rendered)
-        return encode_frame(rendered)
+        """The error's wire bytes as a transport-local frame (no ``server_event_seq``)."""
+        return encode_frame(
+            self.error_event(code, message, event_id=event_id, param=param, extra=extra)
+        )
 
     def error_frame_for(self, exc: Exception, *, event_id: str | None = None) -> bytes:
         """``error_frame`` for a typed refusal: a ``DuplexCommandError`` /
@@ -447,7 +441,6 @@ __all__ = [
     "HandshakeStateError",
     "RealtimeEnvelope",
     "ResumeSession",
-    "Sequencer",
     "encode_frame",
     "query_flag",
     "select_dialect",

@@ -1,15 +1,14 @@
 """``RealtimeRoute``: the Realtime WebSocket route, transport only.
 
-One connection: accept, handshake (open with ``session.update`` / a first command /
-``?model=``, or ``session.resume``), then a reader loop that decodes frames into typed
-commands for the session's handle. One session: a ``_SessionStream``, which outlives
-connections, takes the handle's events as the engine delivers them (no outbox of its own
-in between), renders them in the session's dialect and hands them to whichever
-connection serves the session now (numbered and journaled as they are sent), or to the
-journal alone while the session is detached. The session renders through the envelope of
-the connection that opened or last resumed it: its dialect, and whether our Tier 3 event
-types go out at all (``RealtimeEnvelope.render``). The route keeps no session state beyond
-the attachment registry.
+Each socket gets a ``RealtimeConnection``, the pump of its sans-I/O ``RealtimeProtocol``.
+The route moves frames from the socket into the protocol, carries what the protocol asks
+of the engine (open, resume, a command) to ``DuplexOmni`` and tells the protocol how that
+went; the protocol decides every frame that goes back. One session: a ``_SessionStream``,
+which outlives connections, takes the handle's events as the engine delivers them and
+gives them to the protocol of the connection that opened or last resumed the session
+(rendered in its dialect, numbered into the session's journal as they are sent, or at
+once while that connection is gone). The route keeps no session state beyond the
+attachment registry (which socket serves which session, credentials, journals).
 """
 
 from __future__ import annotations
@@ -25,13 +24,13 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from ...engine.duplex.messages import DuplexSessionError
 from ...engine.errors import EngineError
 from ...protocol.duplex import DuplexCommandError
-from ...protocol.duplex import commands as cmd
 from ...protocol.duplex import events as ev
 from ..duplex_omni import DuplexOmni, DuplexSessionHandle, EventConsumer
 from ..openai.metrics import ServerMetrics
 from .connection import RealtimeConnection
 from .journal import DuplexTransportError, JournalGap
-from .realtime_input import RealtimeEnvelope, encode_frame
+from .realtime_input import RealtimeEnvelope
+from .realtime_protocol import ClientCommand, OpenRequest, RealtimeProtocol, ResumeRequest
 from .session_attachment import DuplexSessionAttachmentRegistry
 
 log = logging.getLogger(__name__)
@@ -42,15 +41,13 @@ REALTIME_SUBPROTOCOL = "realtime"
 @dataclass(slots=True)
 class _Session:
     handle: DuplexSessionHandle
-    envelope: RealtimeEnvelope
+    # The protocol of the connection that opened or last resumed the session: it renders
+    # and numbers the session's events (into the journal alone once it is closed).
+    protocol: RealtimeProtocol
     resumable: bool
-    credentials: tuple[int, str] | None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     # Why the session ended, for the close frame every client gets (stock ones too).
     terminal_reason: str = "session_closed"
-    # Errors for fields of the opening session.update that were not applied: they follow
-    # session.created, like the errors of any later update follow its session.updated.
-    opening_errors: list[dict[str, Any]] = field(default_factory=list)
 
 
 class RealtimeRoute:
@@ -99,21 +96,24 @@ class RealtimeRoute:
         await websocket.accept(subprotocol=subprotocol)
         conn = RealtimeConnection(
             websocket,
+            envelope,
             max_events=self.max_outbound_events,
             max_bytes=self.max_outbound_bytes,
             on_overflow=lambda c: asyncio.get_running_loop().create_task(self._overflowed(c)),
+            on_sent=self.metrics.event_sent,
+            on_dropped=self.metrics.outbox_drops.inc,
         )
         conn.start()
         session_id: str | None = None
         try:
-            session_id = await self._handshake(websocket, envelope, conn)
+            session_id = await self._handshake(websocket, conn)
             if session_id is not None:
-                await self._read(websocket, envelope, conn, session_id)
+                await self._read(websocket, conn, session_id)
         except WebSocketDisconnect:
             pass
         except Exception as exc:
             log.exception("realtime connection failed")
-            conn.send_local(envelope.error_frame("realtime_input_failed", str(exc)))
+            conn.protocol.error("realtime_input_failed", str(exc))
         finally:
             await self._disconnected(conn, session_id)
 
@@ -128,50 +128,39 @@ class RealtimeRoute:
         text = message.get("text")
         return text if text is not None else message.get("bytes", b"")
 
-    async def _handshake(
-        self, websocket: WebSocket, envelope: RealtimeEnvelope, conn: RealtimeConnection
-    ) -> str | None:
-        payload = envelope.initial_open()
-        pending: Any = None
-        rejected: tuple[Any, ...] = ()
-        opened_by: str | None = None  # the event_id of the session.update that opened it
+    async def _handshake(self, websocket: WebSocket, conn: RealtimeConnection) -> str | None:
+        protocol = conn.protocol
+        request = protocol.initial_open()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config_timeout_s
-        while payload is None:
+        while request is None:
             remaining = deadline - loop.time()
             frame = await self._receive(websocket, max(0.0, remaining)) if remaining > 0 else None
             if frame is None:
-                conn.send_local(
-                    envelope.error_frame("config_timeout", "Timeout waiting for session.update")
-                )
-                conn.close_after_pending(1000, "config_timeout")
+                protocol.refuse("config_timeout", "Timeout waiting for session.update")
                 await conn.drain()
                 return None
-            try:
-                first = envelope.first_message(frame)
-            except DuplexCommandError as exc:
-                conn.send_local(envelope.error_frame_for(exc))
-                continue
-            if first.kind == "resume":
-                return await self._resume(envelope, conn, first.command)
-            payload = first.session_payload or {}
-            if first.kind == "open_default":
-                pending = first.command
-            else:
-                rejected = getattr(first.command, "rejected", ())
-                opened_by = first.command.event_id
+            request = protocol.receive(frame)
+        if isinstance(request, ResumeRequest):
+            return await self._resume(conn, request.command)
+        assert isinstance(request, OpenRequest)
+        return await self._open(conn, request)
+
+    async def _open(self, conn: RealtimeConnection, request: OpenRequest) -> str | None:
+        protocol = conn.protocol
         if self._shutting_down:
-            conn.send_local(
-                envelope.error_frame("server_shutting_down", "the server is shutting down")
+            protocol.refuse(
+                "server_shutting_down",
+                "the server is shutting down",
+                close_code=1001,
+                close_reason="shutdown",
             )
-            conn.close_after_pending(1001, "shutdown")
             return None
         try:
-            handle = await self.omni.open_session(payload)
+            handle = await self.omni.open_session(request.payload)
         except DuplexSessionError as exc:
             self.metrics.rejected.labels(exc.code).inc()
-            conn.send_local(envelope.error_frame(exc.code, str(exc)))
-            conn.close_after_pending(1000, exc.code)
+            protocol.refuse(exc.code, str(exc))
             await conn.drain()
             return None
         session_id = handle.session_id
@@ -181,119 +170,58 @@ class RealtimeRoute:
         token, generation = self.registry.register(
             session_id, resumable=resumable, socket=conn, lease_generation=handle.lease_generation
         )
-        sequencer = self._sequencer(session_id)
-        envelope.bind_session(session_id, sequencer)
-        self._bind(conn, session_id, sequencer)
-        if handle.open_result is not None:
-            envelope.adopt_session(handle.open_result.public_session)
-        state = _Session(
-            handle=handle,
-            envelope=envelope,
-            resumable=resumable,
+        protocol.opened(
+            session_id,
+            self.registry.journal(session_id),
+            public_session=handle.open_result.public_session if handle.open_result else None,
             credentials=(generation, token) if token else None,
-            opening_errors=[
-                envelope.error_event(r.code, r.message, event_id=opened_by, param=r.param)
-                for r in rejected
-            ],
+            rejected=request.rejected,
+            opened_by=request.opened_by,
         )
+        state = _Session(handle=handle, protocol=protocol, resumable=resumable)
         self._sessions[session_id] = state
         handle.deliver_to(_SessionStream(self, session_id, state))
-        if pending is not None:
-            self._submit(envelope, conn, handle, pending)
+        if request.then is not None:
+            self._submit(protocol, handle, request.then)
         return session_id
-
-    def _bind(self, conn: RealtimeConnection, session_id: str, sequencer: Any) -> None:
-        metrics = self.metrics
-        conn.bind(
-            sequencer,
-            on_sent=lambda rendered: metrics.event_sent(session_id, rendered),
-            on_dropped=metrics.outbox_drops.inc,
-        )
 
     def _journal_bytes(self) -> float:
         return float(sum(self.registry.journal(sid).retained_bytes for sid in list(self.registry)))
 
-    def _sequencer(self, session_id: str):
-        registry = self.registry
-
-        def sequence(rendered: dict[str, Any]) -> bytes:
-            return registry.sequence(session_id, rendered)
-
-        return sequence
-
-    async def _read(
-        self,
-        websocket: WebSocket,
-        envelope: RealtimeEnvelope,
-        conn: RealtimeConnection,
-        session_id: str,
-    ) -> None:
+    async def _read(self, websocket: WebSocket, conn: RealtimeConnection, session_id: str) -> None:
         state = self._sessions.get(session_id)
+        protocol = conn.protocol
         while state is not None and not state.ended.is_set():
             frame = await self._receive(websocket, None)
             if not self.registry.is_current(session_id, conn):
                 return  # another connection took the session over
-            try:
-                command = envelope.decode(frame)
-            except DuplexCommandError as exc:
-                self._error(envelope, conn, exc)
-                continue
-            self.metrics.command_received(session_id, command.type)
-            if isinstance(command, cmd.AckEvents):
-                try:
-                    self.registry.ack(session_id, command.server_event_seq)
-                except DuplexTransportError as exc:
-                    self._error(envelope, conn, exc, event_id=command.event_id)
-                continue
-            self._submit(envelope, conn, state.handle, command)
+            request = protocol.receive(frame)
+            if isinstance(request, ClientCommand):
+                self.metrics.command_received(session_id, request.command.type)
+                self._submit(protocol, state.handle, request.command)
 
     def _submit(
-        self,
-        envelope: RealtimeEnvelope,
-        conn: RealtimeConnection,
-        handle: DuplexSessionHandle,
-        command: Any,
+        self, protocol: RealtimeProtocol, handle: DuplexSessionHandle, command: Any
     ) -> None:
         try:
             handle.submit(command)
         except DuplexSessionError as exc:
-            self._error(envelope, conn, exc, event_id=getattr(command, "event_id", None))
-
-    def _error(
-        self,
-        envelope: RealtimeEnvelope,
-        conn: RealtimeConnection,
-        exc: Exception,
-        *,
-        event_id: str | None = None,
-    ) -> None:
-        """An error answering this connection's frame, in the session's numbered stream."""
-        rendered = envelope.error_event(
-            getattr(exc, "code", None) or "internal_error",
-            getattr(exc, "message", None) or str(exc),
-            event_id=getattr(exc, "event_id", None) or event_id,
-            param=getattr(exc, "param", None),
-        )
-        conn.send_event(rendered)
+            protocol.error_for(exc, event_id=getattr(command, "event_id", None))
 
     # ---- resume and takeover ------------------------------------------------------------
 
-    async def _resume(
-        self, envelope: RealtimeEnvelope, conn: RealtimeConnection, command: cmd.ResumeSession
-    ) -> str | None:
+    async def _resume(self, conn: RealtimeConnection, command: Any) -> str | None:
+        protocol = conn.protocol
         session_id = command.session_id
         state = self._sessions.get(session_id)
         if state is None or state.ended.is_set():
-            conn.send_local(
-                envelope.error_frame(
-                    "session_resume_expired",
-                    f"Unknown or expired duplex session: {session_id}",
-                    event_id=command.event_id,
-                )
+            protocol.refuse(
+                "session_resume_expired",
+                f"Unknown or expired duplex session: {session_id}",
+                event_id=command.event_id,
             )
-            conn.close_after_pending(1000, "session_resume_expired")
             return None
-        envelope.dialect = state.envelope.dialect
+        protocol.envelope.dialect = state.protocol.envelope.dialect
         previous = self.registry.socket_of(session_id)
         try:
             # Nothing changes for the attached socket until the resume is proven good.
@@ -308,46 +236,32 @@ class RealtimeRoute:
                 grant, conn, lease_generation=state.handle.lease_generation
             )
         except JournalGap:
-            resync = ev.SessionResyncRequired(session_id=session_id, reason="journal_gap")
-            conn.send_local(encode_frame(resync.to_realtime(envelope.dialect) or {}))
-            conn.close_after_pending(1000, "journal_gap")
+            protocol.resync_required(session_id, "journal_gap")
             return None
         except (DuplexTransportError, DuplexSessionError) as exc:
             code = exc.code if isinstance(exc, DuplexTransportError) else "runtime_resume_failed"
-            conn.send_local(envelope.error_frame(code, str(exc), event_id=command.event_id))
-            conn.close_after_pending(1000, code)
+            protocol.refuse(code, str(exc), event_id=command.event_id)
             return None
+        # From ``activate`` to here nothing awaits: no live event can overtake the replay.
         handle = state.handle
-        public = handle.open_result.public_session if handle.open_result else {}
-        resumed = ev.SessionResumed(
-            session_id=session_id,
-            session=public,
-            attachment_generation=grant.generation,
-            resume_token=grant.new_token,
-        )
         registry = self.registry
-        conn.send_local(
-            encode_frame(resumed.to_realtime(envelope.dialect) or {}),
+        protocol.resumed(
+            session_id,
+            registry.journal(session_id),
+            public_session=handle.open_result.public_session if handle.open_result else {},
+            generation=grant.generation,
+            resume_token=grant.new_token,
+            replay=grant.replay,
             # The rotated token becomes the only valid one once the client has it.
-            after_sent=lambda: registry.confirm_resume(session_id, grant.generation),
+            after_resumed_sent=lambda: registry.confirm_resume(session_id, grant.generation),
         )
-        for data in grant.replay:
-            conn.send_local(data)
-        sequencer = self._sequencer(session_id)
-        envelope.bind_session(session_id, sequencer)
-        envelope.adopt_session(public)
-        state.envelope = envelope
-        self._bind(conn, session_id, sequencer)
+        state.protocol = protocol
         self.metrics.resumes.inc()
-        if isinstance(grant.previous_socket, RealtimeConnection):
-            replaced = ev.SessionReplaced(
-                session_id=session_id, attachment_generation=grant.previous_generation
-            )
-            old = grant.previous_socket
+        old = grant.previous_socket
+        if isinstance(old, RealtimeConnection):
+            replaced = protocol.replaced_frame(session_id, grant.previous_generation)
             with contextlib.suppress(Exception):
-                await old.websocket.send_text(
-                    encode_frame(replaced.to_realtime(envelope.dialect) or {}).decode()
-                )
+                await old.websocket.send_text(replaced.decode())
             await old.abandon(1000, "session_replaced")
         return session_id
 
@@ -369,7 +283,7 @@ class RealtimeRoute:
         conn = self.registry.socket_of(session_id)
         if isinstance(conn, RealtimeConnection):
             # The terminal event is numbered as it is sent: keep the journal until then.
-            conn.close_after_pending(1000, state.terminal_reason[:120])
+            conn.protocol.close_after_pending(1000, state.terminal_reason[:120])
             await conn.drain()
         self.registry.forget(session_id)
 
@@ -404,7 +318,7 @@ class RealtimeRoute:
             await conn.drain()
             return
         if not conn.closed:
-            conn.close_after_pending(1000, "")
+            conn.protocol.close_after_pending(1000, "")
             await conn.drain(1.0)
 
     async def shutdown(self) -> None:
@@ -429,14 +343,11 @@ def _offered(websocket: WebSocket) -> list[str]:
 
 
 class _SessionStream(EventConsumer):
-    """One session's events on their way out, pushed by the engine as they arrive.
-
-    Each is rendered through the envelope of the connection that opened or last resumed
-    the session and handed to the socket that serves it now, whose queue is the one
-    bounded buffer between the engine and the client (it numbers events as they are
-    sent and drops the unsent audio of a cancelled response); while the session is
-    detached, it is numbered into the journal at once, for a resume to replay.
-    """
+    """One session's events on their way out, pushed by the engine as they arrive, to the
+    protocol of the connection that opened or last resumed the session. Its queue is the
+    one bounded buffer between the engine and the client (numbering as events leave,
+    dropping the unsent audio of a cancelled response); once that connection is gone it
+    numbers them straight into the journal, for a resume to replay."""
 
     def __init__(self, route: RealtimeRoute, session_id: str, state: _Session):
         self.route = route
@@ -445,27 +356,11 @@ class _SessionStream(EventConsumer):
 
     def on_event(self, event: Any) -> None:
         state = self.state
+        state.protocol.deliver(event)
         if isinstance(event, ev.SessionClosed):
             state.terminal_reason = str(getattr(event, "reason", "") or state.terminal_reason)
-        rendered = state.envelope.render(event)
-        if rendered is not None:
-            if isinstance(event, ev.SessionCreated) and state.credentials:
-                rendered["attachment_generation"], rendered["resume_token"] = state.credentials
-            after = state.opening_errors if isinstance(event, ev.SessionCreated) else []
-            for out in (rendered, *after):
-                self._hand_on(out)
-            after.clear()
-        if isinstance(event, ev.SessionClosed):
             self.route._session_ended(self.session_id, state)
 
     def on_error(self, error: BaseException) -> None:
         log.warning("session %s: engine ended: %s", self.session_id, error)
         self.route._session_ended(self.session_id, self.state)
-
-    def _hand_on(self, rendered: dict[str, Any]) -> None:
-        registry = self.route.registry
-        conn = registry.socket_of(self.session_id)
-        if isinstance(conn, RealtimeConnection) and not conn.closed:
-            conn.send_event(rendered)
-        else:
-            registry.sequence(self.session_id, rendered)

@@ -247,24 +247,6 @@ class DuplexSessionAttachmentRegistry:
         record = self._sessions.get(session_id)
         return None if record is None else record.socket
 
-    # ---- the ordered stream ---------------------------------------------------------
-
-    def sequence(self, session_id: str, rendered: dict[str, Any]) -> bytes:
-        """Number and journal one rendered event of the session's stream; its wire bytes.
-
-        Wire order must equal seq order: put the bytes on the session's outbound path in
-        the same synchronous step (a detached session still journals; nothing is sent).
-        """
-        _, encoded = self._record(session_id).journal.append(rendered)
-        return encoded
-
-    def ack(self, session_id: str, seq: Any) -> int:
-        """``session.event_ack``: raises ``InvalidEventAck`` (code ``invalid_event_ack``)."""
-        record = self._sessions.get(session_id)
-        if record is None:
-            raise InvalidEventAck(f"unknown session: {session_id}")
-        return record.journal.ack(seq)
-
     # ---- resume ---------------------------------------------------------------------
 
     def authenticate_resume(self, session_id: str, token: Any, last_seq: Any) -> ResumeGrant:
