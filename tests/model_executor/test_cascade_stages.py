@@ -191,6 +191,24 @@ def test_a_live_utterance_reports_hypotheses_to_its_owner_while_it_is_spoken() -
     assert model.pool.in_use == 0
 
 
+def test_a_live_utterances_hypotheses_do_not_depend_on_how_its_audio_arrived() -> None:
+    # A loaded machine lets appends pile up before the stage steps: the whole question in
+    # one piece must still give the hypotheses it gives when spoken 100 ms at a time
+    # (a delta needs two hypotheses that agree).
+    audio = say("What time is it?", lead_ms=300)
+    heard = []
+    for piece in (1600, audio.size):
+        model = AsrStageModel(asr_sentences=SENTENCES, asr_partial_ms=320)
+        model.add_request("u", StageInput({"audio": audio[:piece], "live": True}))
+        for k in range(piece, audio.size, piece):
+            model.update_request("u", StageInput({"audio": audio[k : k + piece]}))
+        outputs = []
+        while ready := model.ready_request_ids():
+            outputs.extend(model.step(ready))
+        heard.append([o.data["transcript"] for o in outputs])
+    assert heard[0] == heard[1] and len(heard[1]) >= 2
+
+
 def test_a_live_utterance_carrying_a_response_goes_on_to_the_responder() -> None:
     model = AsrStageModel(asr_sentences=SENTENCES)
     _feed_live(model, "u", say("What day is it?", lead_ms=300))

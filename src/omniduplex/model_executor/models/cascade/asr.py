@@ -7,12 +7,13 @@ carries the transcript plus everything the later stages need (the request's meta
 passed through untouched).
 
 A *live* request (first input ``live: True``) is an utterance fed while the user speaks:
-it is decoded in pieces of at least ``asr_partial_ms`` as they arrive, and every changed
-hypothesis goes back to the request's owner (``to_owner``) as a ``partial_transcript``.
-Its final input either carries a response's data (the transcript then goes on to the
-responder, as for any turn) or ``transcribe_only: True`` (the transcript goes back to the
-owner and the request ends). The decoder wait of a live request starts at its final
-input: a speaker who finds every decoder busy is only decoded later, not failed.
+it is decoded in pieces of ``asr_partial_ms`` (one per step, however much waited), and
+every changed hypothesis goes back to the request's owner (``to_owner``) as a
+``partial_transcript``. Its final input either carries a response's data (the transcript
+then goes on to the responder, as for any turn) or ``transcribe_only: True`` (the
+transcript goes back to the owner and the request ends). The decoder wait of a live
+request starts at its final input: a speaker who finds every decoder busy is only
+decoded later, not failed.
 
 A decoder (about 90 MB) is taken from the pool when a request starts decoding and given
 back when it finishes or is aborted. A request that finds none waits up to
@@ -327,7 +328,11 @@ class AsrStageModel(StageModel):
                 decoder.start_utt()
                 turn.started = True
             audio = np.concatenate(turn.pending)
-            chunk, rest = audio[: self._chunk], audio[self._chunk :]
+            # A live utterance is decoded in hypothesis-sized pieces, however its audio
+            # arrived, so the hypotheses (and the deltas two of them let out) depend on
+            # what was said, not on how far behind a loaded machine let the stage fall.
+            size = self._partial_chunk if turn.live and not turn.final else self._chunk
+            chunk, rest = audio[:size], audio[size:]
             turn.pending = [rest] if rest.size else []
             turn.pending_samples = rest.size
             decoder.process_raw(_pcm16(chunk, self.options.asr_dither, self._rng), False, False)
