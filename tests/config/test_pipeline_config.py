@@ -148,6 +148,7 @@ STAGE = "stages: [{name: s, model: {factory: 'pkg:M'}}]"
         (f"name: x\n{STAGE}\nduplex_plugin: ''\nsession_mode: turn\n", "duplex_plugin must"),
         (f"name: x\n{STAGE}\nduplex_session: [1]\n", "duplex_session must be a mapping"),
         (f"name: x\n{STAGE}\nserved_model_name: ''\n", "served_model_name must"),
+        (f"name: x\n{STAGE}\nmax_requests: 0\n", "max_requests must be a positive"),
         ("name: x\nstages: [unclosed\n", "invalid YAML"),
     ],
 )
@@ -161,6 +162,9 @@ def test_validation_errors_name_the_file_and_key(tmp_path, text, message):
 def test_parse_mapping_directly():
     config = parse_pipeline_config({"name": "m", "stages": [{"name": "s", "model": "p:M"}]})
     assert config.stages[0].model.factory == "p:M"
+    assert config.max_requests == 64
+    bounded = {"name": "m", "stages": [{"name": "s", "model": "p:M"}], "max_requests": 3}
+    assert parse_pipeline_config(bounded).max_requests == 3
     with pytest.raises(ValueError, match="<mapping>: stages must be a non-empty list"):
         parse_pipeline_config({"name": "m"})
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from omniduplex.config import PipelineConfig, StageConfig
-from omniduplex.engine.errors import EngineNotRunningError, RequestFailedError
+from omniduplex.engine.errors import EngineBusyError, EngineNotRunningError, RequestFailedError
 from omniduplex.engine.outputs import RequestOutput
 from omniduplex.engine.stage import StageModelSpec
 from omniduplex.entrypoints.async_omni import AsyncOmni
@@ -164,3 +164,30 @@ async def test_lifecycle_lazy_start_rpc_and_idempotent_shutdown():
     assert not omni.engine.running
     with pytest.raises(EngineNotRunningError):
         omni.engine.submit(object())
+
+
+async def test_requests_beyond_max_requests_are_refused_at_once_and_admitted_later():
+    spec = StageModelSpec("stage_models:HoldThenEchoDouble")
+    config = PipelineConfig(name="admit", stages=[StageConfig("hold", spec)], max_requests=2)
+    async with AsyncOmni(config) as omni:
+        held = [omni.generate({"hold": True}, request_id=f"held{n}") for n in range(2)]
+        for stream in held:
+            assert (await asyncio.wait_for(anext(stream), TIMEOUT_S)).data["held_by"] == [0]
+        assert omni.requests_in_flight == 2
+        with pytest.raises(EngineBusyError) as refused:
+            await collect(omni.generate({"text": "one too many"}, request_id="third"))
+        assert refused.value.limit == 2 and refused.value.code == "resource_exhausted"
+        assert omni.requests_in_flight == 2  # the refused one never started
+        await held[0].aclose()  # leaving the iteration aborts it: its slot frees at once
+        assert omni.requests_in_flight == 1
+        outputs = await collect(omni.generate({"text": "now"}, request_id="fourth"))
+        assert outputs[-1].finished and outputs[-1].data["text"] == "now"
+        await held[1].aclose()
+        assert omni.requests_in_flight == 0
+
+
+def test_max_requests_must_be_a_positive_integer():
+    spec = StageModelSpec("stage_models:HoldThenEchoDouble")
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(ValueError, match="max_requests"):
+            PipelineConfig(name="admit", stages=[StageConfig("hold", spec)], max_requests=bad)

@@ -7,6 +7,7 @@ A deploy file describes one deployment::
     session_mode: turn             # "turn" or "duplex"
     duplex_plugin: null            # "package.module:Plugin" for a duplex-capable model
     duplex_session: {}             # runtime settings, passed through untouched
+    max_requests: 64               # requests outside sessions in flight at once
     base_config: other.yaml        # optional: start from another file and override it
     stages:
       - name: upper
@@ -43,6 +44,7 @@ _PIPELINE_KEYS = frozenset(
         "session_mode",
         "duplex_plugin",
         "duplex_session",
+        "max_requests",
         "stages",
         "base_config",
     }
@@ -92,6 +94,11 @@ class PipelineConfig:
     ``session_mode`` defaults to ``"turn"``; a pipeline that declares ``duplex_plugin``
     must say which mode it is deployed in, so a forgotten key cannot silently change
     what the server exposes. ``duplex_session`` is not interpreted here.
+
+    ``max_requests`` bounds the requests outside any session that may be in flight at
+    once (``generate``, stage tasks such as a transcription, turn responses such as a
+    chat completion); one more is refused at once (``EngineBusyError``), so a burst of
+    HTTP calls cannot queue without end behind the sessions' work.
     """
 
     name: str
@@ -100,6 +107,7 @@ class PipelineConfig:
     session_mode: str | None = None
     duplex_session: dict[str, Any] = field(default_factory=dict)
     served_model_name: str | None = None
+    max_requests: int = 64
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -156,6 +164,11 @@ class PipelineConfig:
                 f"got {served!r}"
             )
         object.__setattr__(self, "served_model_name", served)
+        if not _is_int(self.max_requests) or self.max_requests < 1:
+            raise ValueError(
+                f"pipeline {self.name!r}: max_requests must be a positive integer, "
+                f"got {self.max_requests!r}"
+            )
 
     @property
     def final_stage_index(self) -> int:
@@ -227,6 +240,7 @@ def parse_pipeline_config(raw: Mapping[str, Any], *, source: str = "<mapping>") 
             session_mode=raw.get("session_mode"),
             duplex_session=raw.get("duplex_session") or {},
             served_model_name=raw.get("served_model_name"),
+            **({"max_requests": raw["max_requests"]} if "max_requests" in raw else {}),
         )
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None

@@ -32,3 +32,14 @@ class RequestFailedError(EngineError):
         self.request_id = request_id
         self.error = error
         self.stage_index = stage_index
+
+
+class EngineBusyError(EngineError):
+    """A request refused because ``limit`` requests outside sessions are in flight
+    (``PipelineConfig.max_requests``); it never started. Retrying later can succeed."""
+
+    code = "resource_exhausted"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the engine is busy: {limit} requests are in flight; retry shortly")
+        self.limit = limit

@@ -13,7 +13,13 @@ from typing import Any
 
 from ..config.pipeline import PipelineConfig
 from ..engine.async_omni_engine import AsyncOmniEngine
-from ..engine.errors import EngineDeadError, EngineError, EngineNotRunningError, RequestFailedError
+from ..engine.errors import (
+    EngineBusyError,
+    EngineDeadError,
+    EngineError,
+    EngineNotRunningError,
+    RequestFailedError,
+)
 from ..engine.orchestrator import AddStageRequest
 from ..engine.outputs import RequestOutput
 from ..engine.stage.messages import AbortRequest, AddRequest, StageInput
@@ -68,9 +74,10 @@ class AsyncOmni(AsyncOmniBase):
     ) -> AsyncIterator[RequestOutput]:
         """Stream the final stage's outputs for one request; the last one is ``finished``.
 
-        Raises ``RequestFailedError`` if a stage fails the request and ``EngineDeadError``
-        if the engine dies. Leaving the iteration early (cancelling the consuming task,
-        or closing the iterator) aborts the request in every stage.
+        Raises ``RequestFailedError`` if a stage fails the request, ``EngineDeadError``
+        if the engine dies and ``EngineBusyError`` if ``max_requests`` are in flight.
+        Leaving the iteration early (cancelling the consuming task, or closing the
+        iterator) aborts the request in every stage.
         """
         if not isinstance(inputs, Mapping):
             raise TypeError(f"inputs must be a mapping, got {type(inputs).__name__}")
@@ -135,13 +142,17 @@ class AsyncOmni(AsyncOmniBase):
         """Submit ``message`` (which opens ``request_id``) and yield the request's outputs.
 
         The last output is ``finished`` (a failure is one too). Engine death or shutdown
-        raises. Leaving the iteration early aborts the request in every stage.
+        raises; so does ``EngineBusyError`` when ``max_requests`` are in flight already
+        (nothing was submitted). Leaving the iteration early aborts the request in every
+        stage.
         """
         await self.start()
         if self._dead_reason is not None:
             raise EngineDeadError(self._dead_reason)
         if request_id in self._streams:
             raise ValueError(f"request id {request_id!r} is already in use")
+        if len(self._streams) >= self.pipeline.max_requests:
+            raise EngineBusyError(self.pipeline.max_requests)
         stream: asyncio.Queue[_StreamItem] = asyncio.Queue()
         self._streams[request_id] = stream
         done = False
@@ -159,6 +170,11 @@ class AsyncOmni(AsyncOmniBase):
                 del self._streams[request_id]
             if not done:
                 self._abort_quietly(request_id)
+
+    @property
+    def requests_in_flight(self) -> int:
+        """Requests outside sessions running now (bounded by ``max_requests``)."""
+        return len(self._streams)
 
     async def abort(self, request_id: str) -> None:
         """Abort a request; its ``generate`` iterator raises ``RequestFailedError``."""

@@ -36,7 +36,12 @@ from ..engine.duplex.turn_response import (
     TurnResponseRequest,
     stage_failure,
 )
-from ..engine.errors import EngineDeadError, EngineNotRunningError, RequestFailedError
+from ..engine.errors import (
+    EngineBusyError,
+    EngineDeadError,
+    EngineNotRunningError,
+    RequestFailedError,
+)
 from .async_omni import AsyncOmni
 from .duplex_omni import DuplexOmni
 
@@ -71,6 +76,8 @@ class TurnResponder(ABC):
             async with aclosing(self._results(request)) as results:
                 async for result in results:
                     yield result
+        except EngineBusyError as exc:
+            raise TurnResponseError(TurnFailure.BUSY, exc.code, str(exc)) from exc
         except (EngineDeadError, EngineNotRunningError) as exc:
             raise TurnResponseError(
                 TurnFailure.UNAVAILABLE, "engine_unavailable", str(exc)

@@ -51,6 +51,8 @@ class TurnFailure(StrEnum):
     MODEL_FAILED = "model_failed"
     # The engine can serve nothing (dead, or shut down).
     UNAVAILABLE = "unavailable"
+    # The engine has as many requests in flight as it admits; a retry may succeed.
+    BUSY = "busy"
 
 
 class TurnResponseError(EngineError):

@@ -84,6 +84,7 @@ G711_ULAW: Final = "g711_ulaw"
 G711_ALAW: Final = "g711_alaw"
 INVALID_REQUEST: Final = "invalid_request_error"
 SERVER_ERROR: Final = "server_error"
+RATE_LIMIT_ERROR: Final = "rate_limit_error"
 
 INPUT_FORMATS: Final = frozenset({WAV, PCM16, PCM_F32LE, G711_ULAW, G711_ALAW})
 OUTPUT_FORMATS: Final = frozenset({WAV, PCM16, G711_ULAW, G711_ALAW})
@@ -823,6 +824,8 @@ def _turn_failed(exc: TurnResponseError) -> ChatCompletionError:
         return _bad(exc.code, exc.message, exc.param)
     if exc.kind is TurnFailure.UNAVAILABLE:
         return ChatCompletionError(503, exc.code, exc.message, error_type=SERVER_ERROR)
+    if exc.kind is TurnFailure.BUSY:
+        return ChatCompletionError(429, exc.code, exc.message, error_type=RATE_LIMIT_ERROR)
     return _model_failed(exc.message, code=exc.code)
 
 

@@ -30,7 +30,7 @@ from ..duplex_omni import DuplexOmni
 from ..turn_responses import DuplexModelPlugin, turn_responder
 from ..web.static_routes import mount_web_page
 from .audio_routes import register_audio_routes
-from .metrics import ServerMetrics
+from .metrics import RequestMetricsMiddleware, ServerMetrics
 
 API_KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
 
@@ -82,6 +82,7 @@ def build_app(
     duplex = isinstance(omni, DuplexOmni)
     handler_box: dict[str, RealtimeRoute] = {}
     metrics = ServerMetrics()
+    metrics.requests_in_flight.set_function(lambda: float(omni.requests_in_flight))
     created = int(time.time())
 
     @asynccontextmanager
@@ -192,5 +193,6 @@ def build_app(
     async def duplex_route(websocket: WebSocket) -> None:
         await realtime(websocket, alias=True)
 
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     mount_web_page(app)  # the talk page at / (outermost: a page load carries no key)
     return app

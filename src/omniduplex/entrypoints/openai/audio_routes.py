@@ -6,7 +6,9 @@ and TTS stages do; ``engine/stage/tasks.py``). Each request runs through the eng
 (``AsyncOmni.transcribe`` / ``speak``) as a request addressed to that stage alone, on the
 deployment's own stage worker: it is batched with the sessions' work there, shares the
 stage's resources (a transcription takes a decoder from the ASR stage's pool and fails
-with 503 ``asr_pool_exhausted`` when none frees in time), and never runs another stage.
+with 503 ``asr_pool_exhausted`` when none frees in time), is admitted like any request
+outside a session (429 ``resource_exhausted`` once the deployment's ``max_requests`` are
+in flight), and never runs another stage.
 These routes only parse the upload, hand the audio or text over, and encode the answer.
 
 Any other model leaves both routes unregistered: they answer the app's JSON 404.
@@ -34,6 +36,7 @@ import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
+from ...engine.errors import EngineBusyError, EngineDeadError, EngineNotRunningError
 from ...protocol.duplex import decode_audio, encode_wav, resample
 from ..async_omni import (
     SPEECH,
@@ -63,6 +66,8 @@ class AudioRouteError(Exception):
 
     def response(self) -> Response:
         kind = INVALID_REQUEST if self.status < 500 else "server_error"
+        if self.status == 429:
+            kind = "rate_limit_error"
         body = {"error": {"message": self.message, "type": kind, "param": self.param}}
         body["error"]["code"] = self.code
         return Response(orjson.dumps(body), status_code=self.status, media_type="application/json")
@@ -70,6 +75,18 @@ class AudioRouteError(Exception):
 
 def _bad(code: str, message: str, param: str | None = None) -> AudioRouteError:
     return AudioRouteError(400, code, message, param)
+
+
+def _failed(exc: Exception, what: str) -> Response:
+    """The answer to an error the route did not raise itself."""
+    if isinstance(exc, AudioRouteError):
+        return exc.response()
+    if isinstance(exc, EngineBusyError):  # admission: nothing ran; a retry may succeed
+        return AudioRouteError(429, exc.code, str(exc)).response()
+    if isinstance(exc, EngineDeadError | EngineNotRunningError):
+        return AudioRouteError(503, "engine_unavailable", str(exc)).response()
+    log.exception("%s failed", what)
+    return AudioRouteError(500, "internal_error", str(exc)).response()
 
 
 # --------------------------------------------------------------------------- multipart
@@ -214,11 +231,8 @@ def register_audio_routes(app: FastAPI, omni: AsyncOmni, *, model_name: str) -> 
         async def transcriptions(request: Request) -> Response:
             try:
                 return await _transcribe(request, omni)
-            except AudioRouteError as exc:
-                return exc.response()
             except Exception as exc:
-                log.exception("transcription failed")
-                return AudioRouteError(500, "internal_error", str(exc)).response()
+                return _failed(exc, "transcription")
 
     if omni.stage_for_task(SPEECH) is not None:
 
@@ -227,11 +241,8 @@ def register_audio_routes(app: FastAPI, omni: AsyncOmni, *, model_name: str) -> 
             try:
                 text, voice, fmt, speed = _parse_speech(_json_body(await request.body()))
                 spoken = await omni.speak(SpeechInput(text, voice=voice, speed=speed))
-            except AudioRouteError as exc:
-                return exc.response()
             except Exception as exc:
-                log.exception("speech failed")
-                return AudioRouteError(500, "internal_error", str(exc)).response()
+                return _failed(exc, "speech")
             samples = spoken.samples
             if samples.size:
                 samples = resample(samples, spoken.sample_rate_hz, SPEECH_RATE_HZ)

@@ -2,7 +2,10 @@
 
 Operators and ``omniduplex bench`` read the same numbers: sessions, appends, events,
 reply latency (commit -> first audio), barge-in stop latency (cancel received ->
-``response.done`` sent), resumes, journal bytes and outbox drops.
+``response.done`` sent), resumes, journal bytes and outbox drops; and for the requests
+outside sessions (chat completions, transcriptions, speech): how many were answered with
+which status, how long each took to its last byte (``RequestMetricsMiddleware``), and how
+many the engine runs now.
 """
 
 from __future__ import annotations
@@ -11,10 +14,14 @@ import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _CANCELS = frozenset({"response.cancel", "barge_in", "input.cancel", "output_audio_buffer.clear"})
 _AUDIO = frozenset({"response.output_audio.delta", "response.audio.delta"})
+_REQUEST_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: The routes whose requests run through the engine outside any session.
+REQUEST_ROUTES = frozenset({"/v1/chat/completions", "/v1/audio/transcriptions", "/v1/audio/speech"})
 
 
 class ServerMetrics:
@@ -46,6 +53,24 @@ class ServerMetrics:
         )
         self.outbox_drops = Counter(
             "omniduplex_outbox_drops", "Events dropped by outbound bounds", registry=r
+        )
+        self.requests = Counter(
+            "omniduplex_requests",
+            "Requests outside sessions answered, by route and HTTP status",
+            ["route", "status"],
+            registry=r,
+        )
+        self.request_seconds = Histogram(
+            "omniduplex_request_seconds",
+            "A request outside a session, received to its last byte sent",
+            ["route"],
+            buckets=_REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.requests_in_flight = Gauge(
+            "omniduplex_requests_in_flight",
+            "Requests outside sessions the engine runs now (max_requests bounds them)",
+            registry=r,
         )
         # per session: when its last commit landed / last cancel arrived (monotonic s)
         self._committed_at: dict[str, float] = {}
@@ -85,3 +110,32 @@ class ServerMetrics:
         self._committed_at.pop(session_id, None)
         self._cancel_at.pop(session_id, None)
         self._awaiting_audio.discard(session_id)
+
+
+class RequestMetricsMiddleware:
+    """Counts and times the requests of ``REQUEST_ROUTES`` (pure ASGI, so a streamed
+    answer is timed to its last byte, not to its headers)."""
+
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = scope.get("path", "") if scope["type"] == "http" else ""
+        if route not in REQUEST_ROUTES:
+            await self.app(scope, receive, send)
+            return
+        started = time.monotonic()
+        status = 500  # what the client gets if the app fails before answering
+
+        async def observed_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed_send)
+        finally:
+            self.metrics.requests.labels(route, str(status)).inc()
+            self.metrics.request_seconds.labels(route).observe(time.monotonic() - started)
