@@ -2,7 +2,7 @@
 
 It extends the turn-based ``Orchestrator`` (a seam it does not override falls through, so
 turn-based requests still work on a duplex deployment) and implements the
-``DuplexStagePort`` the sessions use:
+``SessionStages`` the sessions use:
 
 - a session's stage request is registered on its first submission with
   ``owner="session:<id>"``; its first input opens it on the stage, later ones update it;
@@ -31,7 +31,7 @@ from typing import Any
 
 from ..config.pipeline import PipelineConfig
 from .duplex.contracts import (
-    DuplexStagePort,
+    SessionStages,
     StageSubmission,
     epoch_of_request,
     session_id_of_request,
@@ -74,7 +74,7 @@ def session_owner(session_id: str) -> str:
     return SESSION_OWNER_PREFIX + session_id
 
 
-class DuplexOrchestrator(Orchestrator, DuplexStagePort):
+class DuplexOrchestrator(Orchestrator, SessionStages):
     """Built on the orchestrator loop (``_create_orchestrator`` runs there)."""
 
     def __init__(
@@ -96,7 +96,7 @@ class DuplexOrchestrator(Orchestrator, DuplexStagePort):
         served = pipeline.served_model_name if pipeline is not None else None
         self.manager = DuplexSessionManager(
             plugin=plugin,
-            stage_port=self,
+            session_stages=self,
             runtime=runtime,
             sink=self._emit_session_event,
             clock=clock,
@@ -108,7 +108,7 @@ class DuplexOrchestrator(Orchestrator, DuplexStagePort):
     def _emit_session_event(self, session_id: str, event: Any) -> None:
         self._emit(SessionEventMessage(session_id, event))
 
-    # ---- DuplexStagePort ---------------------------------------------------------------
+    # ---- SessionStages ---------------------------------------------------------------
     # ``stage_count`` and ``abort_requests`` are OrchestratorBase's own.
 
     def submit(self, submission: StageSubmission) -> None:

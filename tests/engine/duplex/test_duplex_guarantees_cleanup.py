@@ -15,16 +15,16 @@ from duplex_helpers import (
     sine_pcm16,
 )
 
-from omniduplex.engine.duplex.contracts import DuplexStagePort, StageSubmission
+from omniduplex.engine.duplex.contracts import SessionStages, StageSubmission
 from omniduplex.engine.duplex.messages import DuplexSessionError
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
 
 
-class CleanupFailsOnceStagePortDouble(DuplexStagePort):
+class CleanupFailsOnceStagesDouble(SessionStages):
     """Test double: the real orchestrator port, except that the first ``cleanup`` raises
     (a stage that cannot be reached for a moment). Everything else is delegated."""
 
-    def __init__(self, real: DuplexStagePort) -> None:
+    def __init__(self, real: SessionStages) -> None:
         self.real = real
         self.cleanup_calls: list[list[str]] = []
         self.failures = 0
@@ -52,9 +52,9 @@ async def test_a_failed_stage_cleanup_keeps_the_slot_until_the_reaper_retries_it
     pipeline = deployment("loopback", max_sessions=2, reaper_interval_s=3600)
     async with DuplexOmni(pipeline) as omni:
 
-        def install(orchestrator: Any) -> CleanupFailsOnceStagePortDouble:
-            double = CleanupFailsOnceStagePortDouble(orchestrator.manager.stage_port)
-            orchestrator.manager.stage_port = double
+        def install(orchestrator: Any) -> CleanupFailsOnceStagesDouble:
+            double = CleanupFailsOnceStagesDouble(orchestrator.manager.session_stages)
+            orchestrator.manager.session_stages = double
             return double
 
         double = await omni.engine.call(install)

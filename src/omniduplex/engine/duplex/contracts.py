@@ -66,8 +66,9 @@ class StageSubmission:
     final: bool = False
 
 
-class DuplexStagePort(ABC):
-    """What a session may do to the stage machinery; implemented by the orchestrator."""
+class SessionStages(ABC):
+    """The stages as a session sees them: open, feed and abort its own requests there;
+    implemented by the orchestrator."""
 
     @property
     @abstractmethod

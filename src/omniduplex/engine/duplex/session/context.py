@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ....protocol.duplex import commands as cmd
-from ..contracts import DuplexStagePort, StageSubmission
+from ..contracts import SessionStages, StageSubmission
 
 if TYPE_CHECKING:
     from ..plugin import DuplexModelPlugin, ModelInputTranscript
@@ -131,17 +131,17 @@ class StageRequests:
     """The session's stage requests: every submit and abort keeps ``request_ids`` (what
     the manager cleans up at close) true."""
 
-    def __init__(self, session: DuplexEngineSession, port: DuplexStagePort) -> None:
+    def __init__(self, session: DuplexEngineSession, stages: SessionStages) -> None:
         self._session = session
-        self.port = port
+        self.stages = stages
 
     def submit(self, submission: StageSubmission) -> None:
         self._session.request_ids.add(submission.request_id)
-        self.port.submit(submission)
+        self.stages.submit(submission)
 
     def abort(self, request_ids: list[str]) -> None:
         """Abort requests; they need no cleanup at close any more."""
-        self.port.abort_requests(request_ids)
+        self.stages.abort_requests(request_ids)
         self._session.request_ids.difference_update(request_ids)
 
     def finished(self, request_id: str) -> None:

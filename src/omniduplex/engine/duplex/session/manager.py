@@ -20,7 +20,7 @@ from typing import Any
 
 from ....protocol.duplex import commands as cmd
 from ....protocol.duplex import events as ev
-from ..contracts import DuplexStagePort
+from ..contracts import SessionStages
 from ..plugin import DuplexModelPlugin, DuplexRuntimeConfigError
 from ..runtime_config import DuplexSessionRuntimeConfig
 from ..settings import SessionSettings
@@ -69,14 +69,14 @@ class DuplexSessionManager:
         self,
         *,
         plugin: DuplexModelPlugin,
-        stage_port: DuplexStagePort,
+        session_stages: SessionStages,
         runtime: DuplexSessionRuntimeConfig,
         sink: EventSink,
         clock: Callable[[], float],
         served_model: str = "omniduplex",
     ) -> None:
         self.plugin = plugin
-        self.stage_port = stage_port
+        self.session_stages = session_stages
         self.runtime = runtime
         self.clock = clock
         self.served_model = served_model
@@ -146,7 +146,7 @@ class DuplexSessionManager:
             runner = DuplexSessionRunner(
                 session,
                 plugin=self.plugin,
-                stage_port=self.stage_port,
+                session_stages=self.session_stages,
                 sink=lambda event, sid=session_id: self._sink(sid, event),
                 offload=self._offload,
                 clock=self.clock,
@@ -278,7 +278,7 @@ class DuplexSessionManager:
         )
         self._closing[session_id] = pending  # the slot stays taken until cleanup is done
         try:
-            await self.stage_port.cleanup(pending.request_ids)
+            await self.session_stages.cleanup(pending.request_ids)
         except Exception:
             log.exception("session %s: stage cleanup failed; the reaper retries", session_id)
         else:
@@ -294,7 +294,7 @@ class DuplexSessionManager:
             if session_id in self.runners:
                 continue
             try:
-                await self.stage_port.cleanup(pending.request_ids)
+                await self.session_stages.cleanup(pending.request_ids)
             except Exception:
                 pending.attempts += 1
                 continue

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ....protocol.duplex import commands as cmd
-from ..contracts import DuplexStagePort, epoch_of_request
+from ..contracts import SessionStages, epoch_of_request
 from ..plugin import DuplexModelPlugin
 from .context import (
     Admission,
@@ -55,7 +55,7 @@ class DuplexSessionRunner:
         session: DuplexEngineSession,
         *,
         plugin: DuplexModelPlugin,
-        stage_port: DuplexStagePort,
+        session_stages: SessionStages,
         sink: EventSink,
         offload: Callable[..., Awaitable[Any]],
         clock: Callable[[], float],
@@ -67,7 +67,7 @@ class DuplexSessionRunner:
         self._mailbox: asyncio.Queue[Any] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
         self.out = SessionEmitter(session, sink)
-        self._stage = StageRequests(session, stage_port)
+        self._stage = StageRequests(session, session_stages)
         self._input_tail = InputTail(session, self.out)
         self._admission = Admission(session, limits)
         ctx = SessionContext(
