@@ -1,4 +1,4 @@
-"""A realistic instance (or several) of every one of the 43 duplex event classes.
+"""A realistic instance (or several) of every one of the 45 duplex event classes.
 
 Tier 1 payloads come from the realtime samples module, loaded by path: test folders
 are not packages, and the duplex vocabulary builds on the realtime one anyway.
@@ -176,5 +176,5 @@ def all_samples() -> list[RealtimeEvent]:
     return _tier1_from_realtime() + tier2_samples() + tier3_samples()
 
 
-def test_samples_cover_all_43_classes() -> None:
+def test_samples_cover_all_45_classes() -> None:
     assert {type(event) for event in all_samples()} == set(dx.DUPLEX_EVENT_CLASSES)

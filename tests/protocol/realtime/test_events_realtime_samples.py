@@ -300,6 +300,8 @@ def tier1_samples() -> list[RealtimeEvent]:
         rt.InputAudioBufferCommitted(previous_item_id=None, item_id=USER_ITEM_ID),
         rt.InputAudioBufferCommitted(previous_item_id="item_prev", item_id=USER_ITEM_ID),
         rt.InputAudioBufferCleared(),
+        rt.OutputAudioBufferStarted(response_id=RESPONSE_ID),
+        rt.OutputAudioBufferStopped(response_id=RESPONSE_ID),
         rt.OutputAudioBufferCleared(response_id=RESPONSE_ID),
         rt.ConversationItemRetrieved(item=assistant_item("completed", "Hello")),
         rt.ConversationItemDeleted(item_id=USER_ITEM_ID),

@@ -4,6 +4,14 @@ Clients never set these. ``max_sessions`` bounds admission; the byte and turn li
 what one session may queue; ``max_input_turn_s`` bounds the audio one uncommitted turn
 may hold (a client that streams without ever committing); the outbox limits bound what
 the server holds for a client that stops reading (DESIGN decision 13).
+
+``output_audio_pacing`` / ``output_audio_lead_ms`` are the sessions' defaults for the
+playout clock (a session may change both in ``session.update``): ``realtime`` releases a
+response's audio at real time plus the lead, ``none`` as fast as it is generated.
+``max_unplayed_output_bytes_per_session`` bounds the audio a paced response may hold in
+the engine ahead of its playout (base64 text; 8 MiB is about 130 s of 24 kHz pcm16): a
+response that generates more than that ahead of real time fails with
+``output_audio_backlog_full``.
 """
 
 from __future__ import annotations
@@ -11,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+
+_CHECKED_APART = frozenset({"idle_ttl_s", "output_audio_pacing", "output_audio_lead_ms"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,13 +38,23 @@ class DuplexSessionRuntimeConfig:
     max_outbox_bytes_per_session: int = 8 * 1024 * 1024
     max_idle_timeout_s: float = 3600.0
     offload_workers: int = 4
+    output_audio_pacing: str = "realtime"
+    output_audio_lead_ms: int = 300
+    max_unplayed_output_bytes_per_session: int = 8 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.idle_ttl_s is not None and self.idle_ttl_s <= 0:
             raise ValueError("duplex_session.idle_ttl_s must be positive or null")
+        if self.output_audio_pacing not in ("realtime", "none"):
+            raise ValueError("duplex_session.output_audio_pacing must be realtime or none")
+        lead = self.output_audio_lead_ms
+        if isinstance(lead, bool) or not isinstance(lead, int) or lead < 0:
+            raise ValueError("duplex_session.output_audio_lead_ms must be an integer >= 0")
         for f in fields(self):
+            if f.name in _CHECKED_APART:
+                continue
             value = getattr(self, f.name)
-            if f.name != "idle_ttl_s" and (not isinstance(value, int | float) or value <= 0):
+            if not isinstance(value, int | float) or value <= 0:
                 raise ValueError(f"duplex_session.{f.name} must be positive")
 
     @classmethod

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 _POLICIES = ("listen_only", "barge_in_on_speech")
 _COMMIT_POLICIES = ("commit_all_on_done", "ack_only")
+#: ``realtime``: the engine releases a response's audio at real time plus the lead;
+#: ``none``: as fast as it is generated (offline uses).
+PACINGS = ("realtime", "none")
 # Keys we echo back as the client sent them (OpenAI fields we accept but do not act on).
 _ECHOED = (
     "tools",
@@ -85,11 +88,17 @@ class SessionSettings:
     overlap_barge_in_ms: int = 400
     overlap_silence_rms: float = 0.003
     playback_commit_policy: str = "commit_all_on_done"
+    output_audio_pacing: str = "realtime"
+    output_audio_lead_ms: int = 300
     idle_timeout_s: float | None = None
     auto_response: bool = False
     ref_audio: str | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
     echoed: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def paced(self) -> bool:
+        return self.output_audio_pacing == "realtime"
 
     @property
     def output_rate_hz(self) -> int:
@@ -102,8 +111,14 @@ class SessionSettings:
         *,
         served_model: str,
         max_idle_timeout_s: float = 3600.0,
+        output_audio_pacing: str = "realtime",
+        output_audio_lead_ms: int = 300,
     ) -> SessionSettings:
-        base = cls(model=served_model)
+        base = cls(
+            model=served_model,
+            output_audio_pacing=output_audio_pacing,
+            output_audio_lead_ms=output_audio_lead_ms,
+        )
         return base.updated(payload or {}, opening=True, max_idle_timeout_s=max_idle_timeout_s)
 
     def updated(
@@ -176,7 +191,16 @@ class SessionSettings:
                         param="playback_commit_policy",
                     )
                 changes["playback_commit_policy"] = commit_policy
-            for key in ("overlap_short_ack_ms", "overlap_barge_in_ms"):
+            pacing = source.get("output_audio_pacing")
+            if pacing is not None:
+                if pacing not in PACINGS:
+                    raise RealtimeProtocolError(
+                        f"output_audio_pacing must be one of {', '.join(PACINGS)}",
+                        "invalid_session_config",
+                        param="output_audio_pacing",
+                    )
+                changes["output_audio_pacing"] = pacing
+            for key in ("overlap_short_ack_ms", "overlap_barge_in_ms", "output_audio_lead_ms"):
                 if source.get(key) is not None:
                     changes[key] = int(_number(source[key], key))
             if source.get("overlap_silence_rms") is not None:
@@ -245,6 +269,8 @@ class SessionSettings:
             "overlap_barge_in_ms": self.overlap_barge_in_ms,
             "overlap_silence_rms": self.overlap_silence_rms,
             "playback_commit_policy": self.playback_commit_policy,
+            "output_audio_pacing": self.output_audio_pacing,
+            "output_audio_lead_ms": self.output_audio_lead_ms,
             "auto_response": self.auto_response,
             "idle_timeout_s": session.lease.config.idle_ttl_s,
             "playback": session.current_playback().as_dict(),

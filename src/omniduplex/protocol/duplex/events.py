@@ -1,4 +1,4 @@
-"""The whole server-event vocabulary a duplex consumer uses: 43 classes.
+"""The whole server-event vocabulary a duplex consumer uses: 45 classes.
 
 * Tier 1 (23): OpenAI's events re-exported unchanged from ``protocol.realtime.events``.
 * Tier 2 (8): OpenAI names carrying our additive keys. Each subclasses its Tier 1 twin
@@ -37,6 +37,8 @@ from ..realtime.events import (
     InputAudioBufferSpeechStarted,
     InputAudioBufferSpeechStopped,
     OutputAudioBufferCleared,
+    OutputAudioBufferStarted,
+    OutputAudioBufferStopped,
     RateLimitsUpdated,
     ResponseContentPartAdded,
     ResponseContentPartDone,
@@ -223,6 +225,8 @@ TIER1_EVENT_CLASSES: Final[tuple[type[RealtimeEvent], ...]] = (
     InputAudioBufferSpeechStarted,
     InputAudioBufferSpeechStopped,
     InputAudioBufferCleared,
+    OutputAudioBufferStarted,
+    OutputAudioBufferStopped,
     OutputAudioBufferCleared,
     ConversationItemAdded,
     ConversationItemCreated,
@@ -253,7 +257,7 @@ TIER2_EVENT_CLASSES: Final[tuple[type[RealtimeEvent], ...]] = (
     ConversationItemTruncated,
     ErrorEvent,
 )
-#: All 43 classes a duplex session can emit.
+#: All 45 classes a duplex session can emit.
 DUPLEX_EVENT_CLASSES: Final = TIER1_EVENT_CLASSES + TIER2_EVENT_CLASSES + TIER3_EVENT_CLASSES
 
 #: Every accepted wire type (GA and beta spellings) -> the class the duplex surface uses.
@@ -346,6 +350,8 @@ __all__ = [
     "InputAudioBufferSpeechStarted",
     "InputAudioBufferSpeechStopped",
     "OutputAudioBufferCleared",
+    "OutputAudioBufferStarted",
+    "OutputAudioBufferStopped",
     "OverlapDecision",
     "PlaybackAcknowledged",
     "RateLimitsUpdated",

@@ -1,4 +1,4 @@
-"""OpenAI's 31 Realtime server events as typed events (Tier 1).
+"""OpenAI's 33 Realtime server events as typed events (Tier 1).
 
 23 of them are what a duplex session sends unchanged; 8 (``session.created``,
 ``response.created``, ``response.done``, ``response.output_audio.delta``,
@@ -103,6 +103,26 @@ class InputAudioBufferCommitted(RealtimeEvent):
 class InputAudioBufferCleared(RealtimeEvent):
     type: ClassVar[str] = "input_audio_buffer.cleared"
     beta_type: ClassVar[str | None] = "input_audio_buffer.cleared"
+
+
+@dataclass(kw_only=True, slots=True)
+class OutputAudioBufferStarted(RealtimeEvent):
+    """The server began playing a response's audio out (its first audio left)."""
+
+    type: ClassVar[str] = "output_audio_buffer.started"
+    beta_type: ClassVar[str | None] = "output_audio_buffer.started"
+
+    response_id: str
+
+
+@dataclass(kw_only=True, slots=True)
+class OutputAudioBufferStopped(RealtimeEvent):
+    """All of a response's audio has been played out; nothing more is coming."""
+
+    type: ClassVar[str] = "output_audio_buffer.stopped"
+    beta_type: ClassVar[str | None] = "output_audio_buffer.stopped"
+
+    response_id: str
 
 
 @dataclass(kw_only=True, slots=True)
@@ -299,6 +319,8 @@ REALTIME_EVENT_CLASSES: tuple[type[RealtimeEvent], ...] = (
     InputAudioBufferSpeechStopped,
     InputAudioBufferCommitted,
     InputAudioBufferCleared,
+    OutputAudioBufferStarted,
+    OutputAudioBufferStopped,
     OutputAudioBufferCleared,
     ConversationItemAdded,
     ConversationItemCreated,
@@ -343,6 +365,8 @@ __all__ = [
     "InputAudioBufferSpeechStarted",
     "InputAudioBufferSpeechStopped",
     "OutputAudioBufferCleared",
+    "OutputAudioBufferStarted",
+    "OutputAudioBufferStopped",
     "RateLimitsUpdated",
     "RealtimeErrorEvent",
     "RealtimeEvent",

@@ -28,6 +28,7 @@ from ..contracts import SessionStages, StageSubmission
 if TYPE_CHECKING:
     from ..plugin import DuplexModelPlugin, ModelInputTranscript
     from .emitter import SessionEmitter
+    from .playout import PlayoutClock
     from .state import DuplexEngineSession
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,12 @@ class Responses(ABC):
     @abstractmethod
     def cancel(self, reason: str, *, clear_output: bool = False) -> bool:
         """Cancel the active response; False when none is active."""
+
+    @abstractmethod
+    def talked_over(self, reason: str) -> bool:
+        """The user started speaking over the assistant: stop what they have not heard
+        (the active response, or the last one's audio still playing out). False when
+        nothing was playing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +299,9 @@ class SessionContext:
         "input_tail",
         "offload",
         "out",
+        "playout",
         "plugin",
+        "schedule_playout",
         "session",
         "stage",
     )
@@ -308,6 +317,8 @@ class SessionContext:
         stage: StageRequests,
         input_tail: InputTail,
         admission: Admission,
+        playout: PlayoutClock,
+        schedule_playout: Callable[[float | None], None],
     ) -> None:
         self.session = session
         self.out = out
@@ -317,6 +328,10 @@ class SessionContext:
         self.stage = stage
         self.input_tail = input_tail
         self.admission = admission
+        # The session's playout clock, and the runner's one timer that wakes it (at a
+        # time of the clock's; None: no wake-up wanted).
+        self.playout = playout
+        self.schedule_playout = schedule_playout
         self._inputs: Inputs | None = None
         self._responses: Responses | None = None
         self._transcripts: Transcripts | None = None

@@ -211,7 +211,14 @@ class SessionEmitter:
             )
         )
 
-    def audio_delta(self, response: ActiveResponse, b64: str, text: str, audio_end_ms: int) -> None:
+    def audio_delta(
+        self,
+        response: ActiveResponse,
+        b64: str,
+        text: str,
+        audio_end_ms: int,
+        text_chars: int,
+    ) -> None:
         response.audio_deltas += 1
         session = self.session
         self.emit(
@@ -226,12 +233,7 @@ class SessionEmitter:
                 metadata={
                     "epoch": session.epoch,
                     "audio_duration_ms": audio_end_ms,
-                    "audio_text_marks": [
-                        {
-                            "text_chars": len(response.transcript_text()),
-                            "audio_end_ms": audio_end_ms,
-                        }
-                    ],
+                    "audio_text_marks": [{"text_chars": text_chars, "audio_end_ms": audio_end_ms}],
                 },
             )
         )
@@ -274,6 +276,12 @@ class SessionEmitter:
 
     def output_audio_cleared(self, response_id: str | None) -> None:
         self.emit(ev.OutputAudioBufferCleared(response_id=response_id or ""))
+
+    def output_audio_started(self, response_id: str) -> None:
+        self.emit(ev.OutputAudioBufferStarted(response_id=response_id))
+
+    def output_audio_stopped(self, response_id: str) -> None:
+        self.emit(ev.OutputAudioBufferStopped(response_id=response_id))
 
     def response_finished(
         self,

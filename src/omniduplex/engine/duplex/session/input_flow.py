@@ -189,13 +189,13 @@ class InputFlow(Inputs):
                 turn.audio_start_ms = event.audio_ms
                 self.session.advance(TurnStep.USER_SPEECH)
                 self.out.speech_started(event.audio_ms, turn.item_id)
-                if self.session.response is not None:
+                if self.session.response is not None or self.ctx.playout.playing:
                     self.out.overlap_decision(
                         self.session.settings.overlap_policy,
                         "barge_in",
                         "server_vad_speech_started",
                     )
-                    self.ctx.responses.cancel("turn_detected")
+                    self.ctx.responses.talked_over("turn_detected")
                 turn_start = self._position - turn.samples
                 live.begin(turn.item_id, event.audio_ms * self.rate_hz // 1000 - turn_start)
             elif event.kind == "stopped" and turn.speech_active:
@@ -220,8 +220,7 @@ class InputFlow(Inputs):
     def _overlap(self, samples: int) -> None:
         """Speech while the assistant talks, without server VAD: apply the overlap policy."""
         session = self.session
-        response = session.response
-        if response is None:
+        if session.response is None and not self.ctx.playout.playing:
             return
         settings = session.settings
         session.overlap_speech_ms += samples * 1000 // self.rate_hz
@@ -234,7 +233,7 @@ class InputFlow(Inputs):
             self.out.overlap_decision(settings.overlap_policy, "listen", "barge_in_unsupported")
             return
         self.out.overlap_decision(settings.overlap_policy, "barge_in", "barge_in_on_speech")
-        self.ctx.responses.cancel("barge_in")
+        self.ctx.responses.talked_over("barge_in")
 
     def _stream(self, samples: np.ndarray) -> None:
         """Model-native plugins get every whole unit of input as it arrives."""

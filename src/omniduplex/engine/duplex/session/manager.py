@@ -119,6 +119,8 @@ class DuplexSessionManager:
                 self.plugin.default_session(),
                 served_model=self.served_model,
                 max_idle_timeout_s=self.runtime.max_idle_timeout_s,
+                output_audio_pacing=self.runtime.output_audio_pacing,
+                output_audio_lead_ms=self.runtime.output_audio_lead_ms,
             ).updated(payload, opening=True, max_idle_timeout_s=self.runtime.max_idle_timeout_s)
             model_config = settings.as_model_config()
             # Plugin hooks may block (loading a voice prompt): keep them off the loop.
@@ -155,6 +157,7 @@ class DuplexSessionManager:
                     max_pending_turns=self.runtime.max_pending_turns_per_session,
                 ),
                 max_input_turn_s=self.runtime.max_input_turn_s,
+                max_unplayed_output_bytes=self.runtime.max_unplayed_output_bytes_per_session,
             )
             if session_id in self._abandoned:
                 raise asyncio.CancelledError

@@ -129,3 +129,18 @@ def truncate_item(
         cursor = session.playback[stored.response_id]
         cursor.played_ms = cursor.committed_ms = command.audio_end_ms
     out.item_truncated(command.item_id, command.content_index, command.audio_end_ms)
+
+
+def truncate_stored_item(session: DuplexEngineSession, item_id: str, audio_end_ms: int) -> bool:
+    """Cut a stored assistant item's audio and transcript at ``audio_end_ms`` (the server
+    knows the user heard no more); False if there is no such item."""
+    stored = session.items.get(item_id)
+    if stored is None:
+        return False
+    heard = truncate_transcript(
+        stored.full_transcript, audio_end_ms, stored.audio_duration_ms, stored.marks
+    )
+    for part in stored.item.get("content", []):
+        if part.get("type") == "output_audio":
+            part["transcript"] = heard
+    return True

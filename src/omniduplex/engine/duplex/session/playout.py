@@ -36,6 +36,7 @@ class AudioUnit:
     audio: str  # encoded and base64'd
     text: str  # the transcript it carries
     end_ms: int  # where it ends in the response's audio
+    text_chars: int = 0  # the response's transcript length once this unit is spoken
 
 
 class PlayoutClock:

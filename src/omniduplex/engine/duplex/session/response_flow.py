@@ -2,10 +2,22 @@
 
 Part of the session runner (single writer), through its ``SessionContext``; every
 method runs on the orchestrator loop.
+
+A response's audio goes out through the session's playout clock (``playout.py``): paced
+at real time plus the lead, however fast the model made it. A response the model has
+finished stays active until its last audio has left, so ``response.done`` tells the
+truth and a talk-over while it plays cancels it. What the user heard is the clock's
+played position: a cancelled response is cut there (its unplayed audio never leaves,
+``output_audio_buffer.cleared``), and its item keeps the transcript up to that point
+(``conversation.item.truncated`` says where). A talk-over in the last stretch after
+``response.done`` (audio released, not yet played) truncates the stored item the same
+way. Unpaced sessions release everything at once and keep the client's word for what
+was played, as before pacing existed.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -25,7 +37,8 @@ from ..plugin import (
 from .context import Responses, SessionContext, StageOutputItem
 from .history import StoredItem
 from .lease import LeaseActivity
-from .playback_ledger import apply_playback_ack, truncate_item
+from .playback_ledger import apply_playback_ack, truncate_item, truncate_stored_item
+from .playout import AudioUnit
 from .state import ActiveResponse, PlaybackCursor, TurnStep, new_response_id
 
 # Cancel reasons that came from the server's own turn detection rather than the client.
@@ -45,11 +58,16 @@ _OPTION_FLAGS = {
 class ResponseFlow(Responses):
     """The runner's part that runs the session's responses, one active at a time."""
 
-    def __init__(self, ctx: SessionContext) -> None:
+    def __init__(self, ctx: SessionContext, *, max_unplayed_output_bytes: int) -> None:
         self.ctx = ctx
         self.session = ctx.session
         self.out = ctx.out
         self.plugin = ctx.plugin
+        self.playout = ctx.playout
+        self.max_unplayed_output_bytes = max_unplayed_output_bytes
+        # A finished response whose released audio is still playing out (paced): its
+        # output_audio_buffer.stopped is owed, and a talk-over truncates its item.
+        self._playing_out: ActiveResponse | None = None
 
     # ---- starting -----------------------------------------------------------------
 
@@ -117,6 +135,9 @@ class ResponseFlow(Responses):
             session.settings.output_format,
             session.settings.output_rate_hz,
         )
+        self._end_play_out()
+        settings = session.settings
+        self.playout.begin(response_id, paced=settings.paced, lead_ms=settings.output_audio_lead_ms)
         session.advance(TurnStep.RESPONSE_START, response)
         session.response_counter += 1
         session.last_response_id = response_id
@@ -225,26 +246,67 @@ class ResponseFlow(Responses):
         audio_end_ms = round(response.audio_ms)
         response.marks.append({"text_chars": chars, "audio_end_ms": audio_end_ms})
         cursor = session.cursor(response.response_id)
-        cursor.generated_ms = cursor.sent_ms = audio_end_ms
+        cursor.generated_ms = audio_end_ms
         session.advance(TurnStep.RESPONSE_AUDIO)
         if not response.speak_emitted:
             response.speak_emitted = True
             self.out.speak(response)
-        if response.wants_audio:
-            self.out.audio_delta(response, b64encode_str(encoded), result.text, audio_end_ms)
-        else:
+        if not response.wants_audio:
+            cursor.sent_ms = audio_end_ms
             self.out.transcript_only_delta(response, result.text)
+            return
+        self.playout.push(AudioUnit(b64encode_str(encoded), result.text, audio_end_ms, chars))
+        if self.playout.pending_chars > self.max_unplayed_output_bytes:
+            self.fail(
+                "output_audio_backlog_full",
+                f"the response generated more than {self.max_unplayed_output_bytes} bytes "
+                "of audio ahead of its playout",
+            )
+            return
+        self._play()
+
+    def _play(self) -> None:
+        """Release the active response's audio that is due; end the response once the
+        model is done and all of it has left; wake again when more is due."""
+        response = self.session.response
+        if response is None:
+            return
+        playout = self.playout
+        first = not playout.started
+        units = playout.release()
+        if units and first and playout.paced:
+            self.out.output_audio_started(response.response_id)
+        cursor = self.session.cursor(response.response_id)
+        for unit in units:
+            cursor.sent_ms = unit.end_ms
+            self.out.audio_delta(response, unit.audio, unit.text, unit.end_ms, unit.text_chars)
+        ended = response.generation_ended
+        if ended is not None and not playout.pending:
+            status, reason = ended
+            self._finish(response, status=status, reason=reason)
+            return
+        self.ctx.schedule_playout(playout.next_due())
+
+    def on_playout_due(self) -> None:
+        """The runner's playout timer fired."""
+        if self.session.response is not None:
+            self._play()
+            return
+        self._end_play_out(only_if_played=True)
 
     # ---- ending -------------------------------------------------------------------
 
     def complete(self, status: str, *, reason: str | None = None) -> None:
+        """The model is done with the active response; it ends once its audio has left."""
         response = self.session.response
-        if response is None:
+        if response is None or response.generation_ended is not None:
             return
         tail = response.encoder.flush() if response.wants_audio else b""
-        if tail and response.audio_deltas:
-            self.out.audio_delta(response, b64encode_str(tail), "", round(response.audio_ms))
-        self._finish(response, status=status, reason=reason)
+        if tail and response.audio_ms > 0:
+            chars = len(response.transcript_text())
+            self.playout.push(AudioUnit(b64encode_str(tail), "", round(response.audio_ms), chars))
+        response.generation_ended = (status, reason)
+        self._play()
 
     def fail(self, code: str, message: str) -> None:
         response = self.session.response
@@ -252,10 +314,12 @@ class ResponseFlow(Responses):
         if response is None:
             return
         self._abort(response)
+        self._stop_playout(response)
         self._finish(response, status="failed", reason=code, error_message=message)
 
     def cancel(self, reason: str, *, clear_output: bool = False) -> bool:
-        """Cancel the active response: epoch first, then abort, then terminal events."""
+        """Cancel the active response: epoch first, then abort, then terminal events.
+        Paced, it is cut at the played position and its item truncated there."""
         session = self.session
         response = session.response
         if response is None:
@@ -263,10 +327,62 @@ class ResponseFlow(Responses):
         session.advance_epoch()
         self._abort(response)
         response.encoder.reset()
-        if clear_output:
+        played = self._stop_playout(response)
+        if clear_output and played is None:
             self.out.output_audio_cleared(response.response_id)
         self._finish(response, status="cancelled", reason=reason)
+        if played is not None and response.conversation != "none":
+            self.out.item_truncated(response.item_id, 0, played)
         return True
+
+    def talked_over(self, reason: str) -> bool:
+        if self.cancel(reason):
+            return True
+        return self._cut_play_out()
+
+    def _stop_playout(self, response: ActiveResponse) -> int | None:
+        """Cut the playout of ``response``: what was not released never is. Paced and
+        started, the played position becomes what was heard (returned) and the client is
+        told its buffer was cleared; otherwise ``None``."""
+        playout = self.playout
+        self.ctx.schedule_playout(None)
+        started = playout.paced and playout.started
+        played = playout.cut()
+        if not started:
+            return None
+        cursor = self.session.cursor(response.response_id)
+        cursor.played_ms = cursor.committed_ms = played
+        self.out.output_audio_cleared(response.response_id)
+        return played
+
+    def _cut_play_out(self) -> bool:
+        """A talk-over after ``response.done`` while its audio still plays: the stored
+        item is truncated at the played position."""
+        response = self._playing_out
+        playout = self.playout
+        if response is None or not playout.playing:
+            return False
+        self._playing_out = None
+        self.ctx.schedule_playout(None)
+        played = playout.cut()
+        cursor = self.session.cursor(response.response_id)
+        cursor.played_ms = cursor.committed_ms = played
+        self.out.output_audio_cleared(response.response_id)
+        if truncate_stored_item(self.session, response.item_id, played):
+            self.out.item_truncated(response.item_id, 0, played)
+        return True
+
+    def _end_play_out(self, *, only_if_played: bool = False) -> None:
+        """The last response's audio has played out (or a new response starts):
+        ``output_audio_buffer.stopped``."""
+        response = self._playing_out
+        if response is None:
+            return
+        if only_if_played and self.playout.playing:
+            self.ctx.schedule_playout(self.playout.played_out_at())
+            return
+        self._playing_out = None
+        self.out.output_audio_stopped(response.response_id)
 
     def _finish(
         self,
@@ -303,6 +419,12 @@ class ResponseFlow(Responses):
         if response.conversation != "none":
             self._store_assistant_item(response, status, transcript, cursor)
         session.advance(TurnStep.RESPONSE_END)
+        playout = self.playout
+        if status == "completed" and playout.playing:
+            self._playing_out = response
+            self.ctx.schedule_playout(playout.played_out_at())
+        elif status == "completed" and playout.paced and playout.started:
+            self.out.output_audio_stopped(response.response_id)
         self.ctx.transcripts.forget(response.request_ids)
         if status == "completed":
             session.turn_id += 1
@@ -316,6 +438,8 @@ class ResponseFlow(Responses):
     ) -> None:
         settings = self.session.settings
         audio_ms = round(response.audio_ms)
+        if status != "completed" and self.playout.paced:
+            audio_ms = cursor.sent_ms  # the rest never left
         if settings.playback_commit_policy == "ack_only" and audio_ms > 0:
             heard = truncate_transcript(transcript, cursor.committed_ms, audio_ms, response.marks)
         else:
@@ -338,6 +462,8 @@ class ResponseFlow(Responses):
             return []
         self.session.advance(TurnStep.RESPONSE_ABANDON)
         self._abort(response)
+        self.ctx.schedule_playout(None)
+        self.playout.cut()
         return list(response.request_ids)
 
     def _abort(self, response: ActiveResponse) -> None:
@@ -397,6 +523,16 @@ class ResponseFlow(Responses):
             self.session.lease.touch(self.ctx.clock(), LeaseActivity.PLAYBACK_ACK)
         except Exception:
             return
+        playout = self.playout
+        if playout.estimates and _acks_response(command, playout.response_id):
+            # The client's word corrects the clock; it cannot have played what never left.
+            taken = playout.acknowledge(command.played_ms)
+            committed = command.committed_ms
+            command = replace(
+                command,
+                played_ms=taken,
+                committed_ms=None if committed is None else min(committed, taken),
+            )
         apply_playback_ack(self.session, self.out, command)
 
     def on_delete_item(self, command: cmd.DeleteItem) -> None:
@@ -417,10 +553,33 @@ class ResponseFlow(Responses):
         self.out.item_retrieved(item)
 
     def on_truncate_item(self, command: cmd.TruncateItem) -> None:
+        response = self.session.response
+        if (
+            response is not None
+            and command.item_id == response.item_id
+            and self.playout.estimates
+            and self.playout.started
+        ):
+            # The client stopped playing the response still going out at audio_end_ms:
+            # the rest will not be heard. Cut it there.
+            self.playout.acknowledge(command.audio_end_ms)
+            self.cancel("client_cancelled")
+            return
         truncate_item(self.session, self.out, command)
 
 
 _EMPTY = np.zeros(0, dtype=np.float32)
+
+
+def _acks_response(command: cmd.AckPlayback, response_id: str | None) -> bool:
+    """``command`` acknowledges ``response_id`` (named, by its item, or by default)."""
+    if response_id is None:
+        return False
+    if command.response_id is not None:
+        return command.response_id == response_id
+    if command.item_id is not None:
+        return command.item_id == f"item_{response_id}"
+    return True
 
 
 def _string_metadata(raw: Any) -> dict[str, str] | None:

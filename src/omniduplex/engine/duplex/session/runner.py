@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -35,6 +36,7 @@ from .emitter import SessionEmitter
 from .input_flow import InputFlow
 from .lease import LeaseActivity
 from .live_transcript import LiveTranscription
+from .playout import PlayoutClock
 from .response_flow import ResponseFlow
 from .state import DuplexEngineSession, SessionState
 
@@ -43,6 +45,15 @@ __all__ = ["DuplexSessionRunner", "StageOutputItem"]
 log = logging.getLogger(__name__)
 
 EventSink = Callable[[Any], None]
+
+
+class PlayoutDue:
+    """Mailbox item: the playout clock has audio due (or a playout ended)."""
+
+    __slots__ = ()
+
+
+PLAYOUT_DUE = PlayoutDue()
 
 
 class DuplexSessionRunner:
@@ -61,6 +72,7 @@ class DuplexSessionRunner:
         clock: Callable[[], float],
         limits: AdmissionLimits,
         max_input_turn_s: float | None = None,
+        max_unplayed_output_bytes: int = 8 * 1024 * 1024,
     ) -> None:
         self.session = session
         self.clock = clock
@@ -70,6 +82,12 @@ class DuplexSessionRunner:
         self._stage = StageRequests(session, session_stages)
         self._input_tail = InputTail(session, self.out)
         self._admission = Admission(session, limits)
+        settings = session.settings
+        # Real time, whatever clock the lease uses: the playout follows the wall.
+        self.playout = PlayoutClock(
+            lead_ms=settings.output_audio_lead_ms, paced=settings.paced, clock=time.monotonic
+        )
+        self._playout_timer: asyncio.TimerHandle | None = None
         ctx = SessionContext(
             session=session,
             out=self.out,
@@ -79,8 +97,10 @@ class DuplexSessionRunner:
             stage=self._stage,
             input_tail=self._input_tail,
             admission=self._admission,
+            playout=self.playout,
+            schedule_playout=self._schedule_playout,
         )
-        self.responses = ResponseFlow(ctx)
+        self.responses = ResponseFlow(ctx, max_unplayed_output_bytes=max_unplayed_output_bytes)
         self.inputs = InputFlow(ctx, max_turn_s=max_input_turn_s)
         self.live = LiveTranscription(ctx)
         ctx.bind(inputs=self.inputs, responses=self.responses, transcripts=self.live)
@@ -141,6 +161,7 @@ class DuplexSessionRunner:
         if session.state is SessionState.OPEN:
             session.state = SessionState.CLOSING
         self._input_tail.cancel()
+        self._schedule_playout(None)
         request_ids = self.responses.abandon()
         if self._worker is not None and self._worker is not asyncio.current_task():
             self._worker.cancel()
@@ -168,6 +189,9 @@ class DuplexSessionRunner:
     async def _handle(self, item: Any) -> None:
         if isinstance(item, StageOutputItem):
             self._on_stage_output(item)
+        elif item is PLAYOUT_DUE:
+            if not self.closing:
+                self.responses.on_playout_due()
         elif self.closing:
             self._admission.release(item)
             self.out.error(
@@ -242,6 +266,20 @@ class DuplexSessionRunner:
             self.out.error("runtime_touch_failed", str(exc), event_id=command.event_id)
             return
         self.out.heartbeat_ack()
+
+    # ---- the playout timer ---------------------------------------------------------
+
+    def _schedule_playout(self, when: float | None) -> None:
+        """Wake the playout at ``when`` (``time.monotonic`` seconds) through the mailbox,
+        replacing any earlier wake-up; ``None`` cancels it."""
+        if self._playout_timer is not None:
+            self._playout_timer.cancel()
+            self._playout_timer = None
+        if when is None:
+            return
+        delay = max(0.0, when - time.monotonic())
+        loop = asyncio.get_running_loop()
+        self._playout_timer = loop.call_later(delay, self.submit, PLAYOUT_DUE)
 
     # ---- the input tail -----------------------------------------------------------
 

@@ -174,6 +174,9 @@ class ActiveResponse:
     stage_compute_s: float = 0.0
     input_audio_ms: float = 0.0
     input_text: str = ""
+    # The model is done with it (status, reason) but its audio is still being released
+    # at the playout's pace: it ends when the last of it has left.
+    generation_ended: tuple[str, str | None] | None = None
 
     @property
     def wants_audio(self) -> bool:
