@@ -115,3 +115,43 @@ async def test_a_spoken_question_in_free_speech_gets_a_neural_spoken_answer(serv
     )
     reply = np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0
     assert reply.size > RATE // 2 and rms(reply) > 0.02
+
+
+async def _speak(client, text: str, *, lead_ms: int = 0, tail_ms: int = 0) -> None:
+    data = pcm16(piper_says(text, RATE, lead_ms=lead_ms, tail_ms=tail_ms))
+    step = RATE * 2 // 10
+    for i in range(0, len(data), step):
+        chunk = base64.b64encode(data[i : i + step]).decode()
+        await client.send({"type": "input_audio_buffer.append", "audio": chunk})
+
+
+async def test_talking_over_the_spoken_answer_stops_it_and_is_answered(server) -> None:
+    # A stock client: server VAD, no playback acks, no truncate of its own.
+    async with wire(server.ws_url + "?model=cascade") as client:
+        assert (await client.recv())["type"] == "session.created"
+        await client.send({"type": "session.update", "session": {"turn_detection": SERVER_VAD}})
+        await client.until("session.updated")
+        await _speak(client, "What time is it?", lead_ms=500, tail_ms=1000)
+        first = await client.until("response.output_audio.delta")
+        answer_id = first[-1]["response_id"]
+        await _speak(client, "Tell me the date today.", tail_ms=1000)  # over the answer
+        cut = await client.until("response.done")
+        after = await client.until("conversation.item.truncated")
+        second = await client.until("response.done")
+    done = cut[-1]["response"]
+    assert done["id"] == answer_id and done["status"] == "cancelled"
+    assert done["status_details"]["reason"] == "turn_detected"
+    types = [e["type"] for e in cut]
+    assert "input_audio_buffer.speech_started" in types
+    assert "output_audio_buffer.cleared" in types
+    # Cut where the user was: the item keeps the words heard, not the whole answer.
+    assert after[-1]["item_id"] == done["output"][0]["id"]
+    assert done["output"][0]["content"][0]["transcript"] != "It is 3:04 PM."
+    late = [e for e in after + second if e.get("response_id") == answer_id]
+    assert not [e for e in late if e["type"] == "response.output_audio.delta"]
+    # The interruption is heard and answered as the next turn.
+    heard = [e for e in second if e["type"].endswith("input_audio_transcription.completed")]
+    assert {"date", "today"} & set(heard[-1]["transcript"].split()), heard[-1]["transcript"]
+    answered = second[-1]["response"]
+    assert answered["status"] == "completed"
+    assert answered["output"][0]["content"][0]["transcript"].startswith("Today is Friday")
