@@ -72,17 +72,18 @@ async def test_a_fast_reply_leaves_at_real_time_and_ends_when_its_last_audio_lef
     async with DuplexOmni(deployment("loopback-fast")) as omni:
         handle = await omni.open_session(PACED)
         listener = Listener(handle)
+        asked_at = time.monotonic()  # the playout cannot have started before this
         response_id = await _ask(handle, listener, 2000)
         events = await listener.until(response_done(response_id))
         rest = await listener.until(is_type("output_audio_buffer.stopped"))
         await handle.close()
     kinds = [e.type for e in events]
     assert events[-1].response["status"] == "completed"
-    first, last = listener.arrivals[0][0], listener.arrivals[-1][0]
+    last = listener.arrivals[-1][0]
     assert listener.received_ms(response_id) == pytest.approx(2000, abs=1)
     # Generated in milliseconds, released at real time: the last unit cannot leave before
     # the real-time position reaches its start minus the lead.
-    assert (last - first) * 1000 >= 2000 - UNIT_MS - LEAD_MS
+    assert (last - asked_at) * 1000 >= 2000 - UNIT_MS - LEAD_MS
     # OpenAI's order: the buffer starts after the audio part is added and before the
     # first delta; it stops after response.done.
     started = kinds.index("output_audio_buffer.started")
@@ -220,3 +221,46 @@ async def test_the_pacing_is_echoed_and_a_bad_value_refused_alone() -> None:
     assert [e.param for e in errors] == ["output_audio_pacing"]
     assert events[-1].session["instructions"] == "hi"
     assert events[-1].session["output_audio_pacing"] == "realtime"
+
+
+async def test_a_talk_over_after_response_done_truncates_what_was_not_yet_played() -> None:
+    # A lead longer than the reply: all of it leaves at once and response.done follows,
+    # while the client still has 2 s of it to play.
+    lead = {**PACED, "output_audio_lead_ms": 5000, "turn_detection": None}
+    async with DuplexOmni(deployment("loopback-fast")) as omni:
+        handle = await omni.open_session(lead)
+        listener = Listener(handle)
+        asked_at = time.monotonic()  # the playout cannot have started before this
+        response_id = await _ask(handle, listener, 2000)
+        events = await listener.until(response_done(response_id))
+        vad = {"type": "session.update", "session": {"turn_detection": SERVER_VAD}}
+        handle.submit(command(vad))
+        handle.submit(append(sine_pcm16(400)))
+        after = await listener.until(is_type("conversation.item.truncated"))
+        truncated_at = time.monotonic()
+        handle.submit(command({"type": "conversation.item.retrieve", "item_id": after[-1].item_id}))
+        item = (await listener.until(is_type("conversation.item.retrieved")))[-1].item
+        await handle.close()
+    assert events[-1].response["status"] == "completed"
+    ours = [e.type for e in after if getattr(e, "response_id", None) == response_id]
+    assert ours == ["output_audio_buffer.cleared"]  # not stopped: it never played out
+    played = after[-1].audio_end_ms
+    assert 0 < played <= min(2000, (truncated_at - asked_at) * 1000 + 1)
+    full = events[-1].response["output"][0]["content"][0]["transcript"]
+    kept = item["content"][0]["transcript"]
+    assert full.startswith(kept) and len(kept) < len(full)
+
+
+async def test_a_reply_far_ahead_of_its_playout_is_bounded_in_the_engine() -> None:
+    # 6 s of 24 kHz pcm16 is 384 kB of base64; the engine may hold 50 kB ahead.
+    pipeline = deployment("loopback-fast", max_unplayed_output_bytes_per_session=50_000)
+    async with DuplexOmni(pipeline) as omni:
+        handle = await omni.open_session(PACED)
+        listener = Listener(handle)
+        response_id = await _ask(handle, listener, 6000)
+        events = await listener.until(response_done(response_id))
+        await handle.close()
+    errors = [e for e in events if e.type == "error"]
+    assert [e.code for e in errors] == ["output_audio_backlog_full"]
+    assert events[-1].response["status"] == "failed"
+    assert listener.received_ms(response_id) < 6000
