@@ -1,10 +1,12 @@
 """The single writer of one session: an ordered mailbox on the orchestrator loop.
 
-Client commands (admitted by the manager) and stage outputs enter one FIFO mailbox and
-are handled one at a time. Slow work (decoding and resampling an append) runs in a tracked
-task on the session's *input tail*, offloaded to the manager's thread pool; the worker
-never awaits it, so a cancel behind an append is handled at once. A tail task re-checks
-the session after every await and does nothing if the input it carried was cancelled.
+Client commands (admitted by the manager), stage outputs and the playout clock's
+wake-ups (one timer per session, ``PLAYOUT_DUE``: audio of the response is due to leave)
+enter one FIFO mailbox and are handled one at a time. Slow work (decoding and resampling
+an append) runs in a tracked task on the session's *input tail*, offloaded to the
+manager's thread pool; the worker never awaits it, so a cancel behind an append is
+handled at once. A tail task re-checks the session after every await and does nothing if
+the input it carried was cancelled.
 
 Cancels advance the epoch before anything else happens, abort every stage request of
 the old epoch and emit the cancelled terminal events in the same step; a stage output of
