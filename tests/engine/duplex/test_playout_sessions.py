@@ -264,3 +264,19 @@ async def test_a_reply_far_ahead_of_its_playout_is_bounded_in_the_engine() -> No
     assert [e.code for e in errors] == ["output_audio_backlog_full"]
     assert events[-1].response["status"] == "failed"
     assert listener.received_ms(response_id) < 6000
+
+
+@pytest.mark.parametrize("stop", ["output_audio_buffer.clear", "barge_in"])
+async def test_clear_or_barge_in_after_response_done_cuts_what_still_plays(stop: str) -> None:
+    lead = {**PACED, "output_audio_lead_ms": 5000}  # all of it leaves at once
+    async with DuplexOmni(deployment("loopback-fast")) as omni:
+        handle = await omni.open_session(lead)
+        listener = Listener(handle)
+        response_id = await _ask(handle, listener, 2000)
+        await listener.until(response_done(response_id))
+        handle.submit(command({"type": stop}))
+        after = await listener.until(is_type("conversation.item.truncated"))
+        await handle.close()
+    ours = [e.type for e in after if getattr(e, "response_id", None) == response_id]
+    assert ours == ["output_audio_buffer.cleared"]
+    assert 0 < after[-1].audio_end_ms < 2000

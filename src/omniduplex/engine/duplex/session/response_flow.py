@@ -493,6 +493,8 @@ class ResponseFlow(Responses):
         ):
             self.cancel("output_audio_buffer_clear", clear_output=True)
             return
+        if self._cut_play_out():
+            return  # the last response's audio still playing out: cut, and cleared said
         self.out.output_audio_cleared(command.response_id or self.session.last_response_id)
 
     def on_barge_in(self, command: Any) -> None:
@@ -511,6 +513,7 @@ class ResponseFlow(Responses):
         session = self.session
         had_input = self.ctx.inputs.drop_input()
         if not self.cancel(reason):
+            self._cut_play_out()
             session.advance_epoch()
             self.out.input_cleared()
         elif had_input:
