@@ -280,3 +280,27 @@ async def test_clear_or_barge_in_after_response_done_cuts_what_still_plays(stop:
     ours = [e.type for e in after if getattr(e, "response_id", None) == response_id]
     assert ours == ["output_audio_buffer.cleared"]
     assert 0 < after[-1].audio_end_ms < 2000
+
+
+async def test_ack_only_history_keeps_what_the_clock_says_was_heard() -> None:
+    # No acks at all: history still grows with the playout, not with the generation.
+    # A 1 s lead: the reply ends (response.done) a whole second before it is played out.
+    session = {**PACED, "output_audio_lead_ms": 1000, "playback_commit_policy": "ack_only"}
+    async with DuplexOmni(deployment("loopback-fast")) as omni:
+        handle = await omni.open_session(session)
+        listener = Listener(handle)
+        response_id = await _ask(handle, listener, 2000)
+        done = (await listener.until(response_done(response_id)))[-1]
+        item_id = done.response["output"][0]["id"]
+        retrieve = {"type": "conversation.item.retrieve", "item_id": item_id}
+        handle.submit(command(retrieve))
+        at_done = (await listener.until(is_type("conversation.item.retrieved")))[-1].item
+        await listener.until(is_type("output_audio_buffer.stopped"))
+        handle.submit(command(retrieve))
+        played_out = (await listener.until(is_type("conversation.item.retrieved")))[-1].item
+        await handle.close()
+    full = done.response["output"][0]["content"][0]["transcript"]
+    heard_at_done = at_done["content"][0]["transcript"]
+    # At response.done the last lead of audio had left but was not yet played.
+    assert full.startswith(heard_at_done) and len(heard_at_done) < len(full)
+    assert played_out["content"][0]["transcript"] == full

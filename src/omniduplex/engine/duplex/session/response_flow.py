@@ -382,6 +382,9 @@ class ResponseFlow(Responses):
             self.ctx.schedule_playout(self.playout.played_out_at())
             return
         self._playing_out = None
+        if self.session.settings.playback_commit_policy == "ack_only":
+            # History keeps what was heard: now all of what was played out.
+            truncate_stored_item(self.session, response.item_id, self.playout.played_ms())
         self.out.output_audio_stopped(response.response_id)
 
     def _finish(
@@ -438,10 +441,15 @@ class ResponseFlow(Responses):
     ) -> None:
         settings = self.session.settings
         audio_ms = round(response.audio_ms)
-        if status != "completed" and self.playout.paced:
-            audio_ms = cursor.sent_ms  # the rest never left
+        committed = cursor.committed_ms
+        if self.playout.paced:
+            if status != "completed":
+                audio_ms = cursor.sent_ms  # the rest never left
+            # The clock knows what was heard without an ack; the rest is committed as it
+            # plays out (``_end_play_out``).
+            committed = max(committed, self.playout.played_ms())
         if settings.playback_commit_policy == "ack_only" and audio_ms > 0:
-            heard = truncate_transcript(transcript, cursor.committed_ms, audio_ms, response.marks)
+            heard = truncate_transcript(transcript, committed, audio_ms, response.marks)
         else:
             heard = transcript
         item = _assistant_item(response, status, heard, audio_ms)
