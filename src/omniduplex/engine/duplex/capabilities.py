@@ -39,6 +39,9 @@ class DuplexCapabilities:
     supports_response_voice: bool = False
     # ``semantic_vad`` is served by a turn-completion model (else mapped onto server VAD).
     supports_semantic_vad: bool = False
+    # The model calls the session's ``tools`` (function calling); without it they are
+    # accepted and echoed, and ``capabilities.supports_tools: false`` says none is called.
+    supports_tools: bool = False
     required_input_modalities: frozenset[str] = frozenset({"audio"})
     optional_input_modalities: frozenset[str] = frozenset()
     session_admission_mode: str = "engine_managed"

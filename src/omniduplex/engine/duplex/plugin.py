@@ -86,7 +86,27 @@ class ModelError:
     message: str
 
 
-ModelResult = ModelAudio | ModelText | ModelSpeak | ModelListen | ModelInputTranscript | ModelError
+@dataclass(frozen=True, slots=True)
+class ModelToolCall:
+    """A piece of a function call the model is making: ``arguments`` is the next part of
+    its JSON arguments (they stream as produced); ``done`` closes the call. ``name`` is
+    the declared tool's; every piece of one call has the same ``call_id``."""
+
+    call_id: str
+    name: str
+    arguments: str = ""
+    done: bool = False
+
+
+ModelResult = (
+    ModelAudio
+    | ModelText
+    | ModelSpeak
+    | ModelListen
+    | ModelInputTranscript
+    | ModelError
+    | ModelToolCall
+)
 
 
 # ---- per-session model state and the plugin ---------------------------------------
@@ -117,6 +137,13 @@ class ResponseRequest:
     # model speaks first, or again, under the session's instructions. A plugin with nothing
     # to say completes the response empty.
     opening: bool = False
+    # The functions the model may call (Realtime ``tools`` entries: ``type: function``,
+    # ``name``, ``description``, ``parameters``) and ``tool_choice`` (``auto``, ``none``,
+    # ``required`` or ``{"type": "function", "name": ...}``); empty for a plugin that does
+    # not declare ``supports_tools``. ``history`` then carries the calls (assistant
+    # messages with ``tool_calls``) and their outputs (``role: tool``) in chat form.
+    tools: Sequence[Mapping[str, Any]] = ()
+    tool_choice: Any = "auto"
 
 
 class DuplexDataPlane(ABC):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,8 @@ _COMMIT_POLICIES = ("commit_all_on_done", "ack_only")
 #: ``realtime``: the engine releases a response's audio at real time plus the lead;
 #: ``none``: as fast as it is generated (offline uses).
 PACINGS = ("realtime", "none")
-# Keys we echo back as the client sent them (OpenAI fields we accept but do not act on).
+# Keys we echo back as the client sent them (``tools`` and ``tool_choice`` once checked:
+# a model that ``supports_tools`` calls them).
 _ECHOED = (
     "tools",
     "tool_choice",
@@ -41,6 +43,59 @@ _ECHOED = (
     "tracing",
     "input_audio_transcription",
 )
+
+
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_TOOL_CHOICES = ("auto", "none", "required")
+
+
+def check_tools(raw: Any, param: str = "tools") -> list[dict[str, Any]]:
+    """Realtime function tools (``type: function``, ``name``, optional ``description``
+    and JSON-schema ``parameters``), refusing a malformed one naming it in ``param``."""
+    if not isinstance(raw, list):
+        raise RealtimeProtocolError("tools must be a list", "invalid_tool", param=param)
+    tools = []
+    for index, tool in enumerate(raw):
+        where = f"{param}[{index}]"
+        if not isinstance(tool, Mapping):
+            raise RealtimeProtocolError(f"{where} must be an object", "invalid_tool", param=where)
+        if tool.get("type", "function") != "function":
+            raise RealtimeProtocolError(
+                f"{where}.type {tool.get('type')!r} is not supported: only function tools",
+                "invalid_tool",
+                param=f"{where}.type",
+            )
+        name = tool.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            raise RealtimeProtocolError(
+                f"{where}.name must be 1-64 letters, digits, _ or -",
+                "invalid_tool",
+                param=f"{where}.name",
+            )
+        parameters = tool.get("parameters")
+        if parameters is not None and not isinstance(parameters, Mapping):
+            raise RealtimeProtocolError(
+                f"{where}.parameters must be a JSON schema object",
+                "invalid_tool",
+                param=f"{where}.parameters",
+            )
+        tools.append({**copy.deepcopy(dict(tool)), "type": "function"})
+    return tools
+
+
+def check_tool_choice(raw: Any, param: str = "tool_choice") -> Any:
+    """``auto``, ``none``, ``required``, or ``{"type": "function", "name": ...}``."""
+    if raw in _TOOL_CHOICES:
+        return raw
+    if isinstance(raw, Mapping) and raw.get("type") == "function":
+        name = raw.get("name") or (raw.get("function") or {}).get("name")
+        if isinstance(name, str) and name:
+            return {"type": "function", "name": name}
+    raise RealtimeProtocolError(
+        "tool_choice must be auto, none, required or a function",
+        "invalid_tool_choice",
+        param=param,
+    )
 
 
 def _number(raw: Any, param: str, *, minimum: float = 0.0) -> float:
@@ -95,6 +150,14 @@ class SessionSettings:
     ref_audio: str | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
     echoed: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return list(self.echoed.get("tools") or [])
+
+    @property
+    def tool_choice(self) -> Any:
+        return self.echoed.get("tool_choice") or "auto"
 
     @property
     def paced(self) -> bool:
@@ -230,8 +293,12 @@ class SessionSettings:
         if extra:
             changes["extra_body"] = {**self.extra_body, **extra}
         echoed = dict(self.echoed)
+        if payload.get("tools") is not None:
+            echoed["tools"] = check_tools(payload["tools"])
+        if payload.get("tool_choice") is not None:
+            echoed["tool_choice"] = check_tool_choice(payload["tool_choice"])
         for key in _ECHOED:
-            if key in payload:
+            if key in payload and key not in ("tools", "tool_choice"):
                 echoed[key] = copy.deepcopy(payload[key])
         audio_in = audio.get("input") if isinstance(audio.get("input"), Mapping) else {}
         if "transcription" in audio_in:  # the GA spelling of input_audio_transcription

@@ -79,6 +79,9 @@ ERROR_CLASS_BY_CODE: Final = MappingProxyType(
         # items and playback
         "item_not_found": _CLIENT,
         "invalid_function_call_output": _CLIENT,
+        "function_call_not_found": _CLIENT,
+        "invalid_tool": _CLIENT,
+        "invalid_tool_choice": _CLIENT,
         "invalid_image": _CLIENT,
         "unsupported": _CLIENT,
         "playback_item_mismatch": _CLIENT,
@@ -86,6 +89,7 @@ ERROR_CLASS_BY_CODE: Final = MappingProxyType(
         "playback_ack_too_late": _CLIENT,
         # server faults
         "internal_error": _SERVER,
+        "output_audio_backlog_full": _SERVER,
         "engine_error": _SERVER,
         "commit_aborted": _SERVER,
         "session_update_aborted": _SERVER,

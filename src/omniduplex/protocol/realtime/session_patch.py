@@ -15,6 +15,7 @@ without a ``param``, or one naming nothing in the patch, still refuses the whole
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
@@ -78,7 +79,8 @@ def has_settings(patch: Mapping[str, Any]) -> bool:
 
 
 def _path(param: str) -> tuple[str, ...]:
-    return tuple(part for part in param.split(".") if part)
+    # ``tools[1].name`` names the ``tools`` field like ``tools.1.name`` does.
+    return tuple(part for part in re.split(r"[.\[\]]", param) if part)
 
 
 def _locate(patch: Mapping[str, Any], path: tuple[str, ...]) -> tuple[str, ...] | None:

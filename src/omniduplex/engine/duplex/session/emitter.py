@@ -191,6 +191,48 @@ class SessionEmitter:
                 )
             )
 
+    # ---- function calls ---------------------------------------------------------------
+
+    def function_call_started(self, response: ActiveResponse, call: dict[str, Any]) -> None:
+        """A function call item opens (``in_progress``) at its ``output_index``."""
+        rid, index = response.response_id, call["output_index"]
+        item = _call_item(call)
+        self.emit(ev.ResponseOutputItemAdded(response_id=rid, output_index=index, item=item))
+        previous = self.session.items.last_item_id
+        self.emit(ev.ConversationItemAdded(previous_item_id=previous, item=item))
+        self.emit(ev.ConversationItemCreated(previous_item_id=previous, item=item))
+
+    def function_call_delta(
+        self, response: ActiveResponse, call: dict[str, Any], delta: str
+    ) -> None:
+        self.emit(
+            ev.ResponseFunctionCallArgumentsDelta(
+                response_id=response.response_id,
+                item_id=call["id"],
+                output_index=call["output_index"],
+                call_id=call["call_id"],
+                delta=delta,
+            )
+        )
+
+    def function_call_done(self, response: ActiveResponse, call: dict[str, Any]) -> None:
+        """The call item ends: ``completed`` (its arguments are whole) or ``incomplete``."""
+        rid, index, item = response.response_id, call["output_index"], _call_item(call)
+        if call["status"] == "completed":
+            self.emit(
+                ev.ResponseFunctionCallArgumentsDone(
+                    response_id=rid,
+                    item_id=call["id"],
+                    output_index=index,
+                    call_id=call["call_id"],
+                    name=call["name"],
+                    arguments=call["arguments"],
+                )
+            )
+        self.emit(ev.ResponseOutputItemDone(response_id=rid, output_index=index, item=item))
+        previous = self.session.items.last_item_id
+        self.emit(ev.ConversationItemDone(previous_item_id=previous, item=item))
+
     def speak(self, response: ActiveResponse) -> None:
         self.emit(
             ev.ResponseSpeak(
@@ -336,6 +378,7 @@ class SessionEmitter:
         previous = self.session.items.last_item_id
         self.emit(ev.ResponseOutputItemDone(response_id=rid, output_index=0, item=item))
         self.emit(ev.ConversationItemDone(previous_item_id=previous, item=item))
+        calls = [_call_item(call) for call in response.calls.values()]
         details: dict[str, Any] | None = {"type": status}
         if status == "cancelled":
             # The detailed reason; the codec folds it into OpenAI's two cancel reasons and
@@ -350,9 +393,22 @@ class SessionEmitter:
             response,
             status,
             status_details=details,
-            output=[item],
+            output=[item, *calls],
             metadata=metadata,
             usage=response.usage(),
         )
         self.emit(ev.ResponseDone(response=obj, response_id=rid))
         self.emit(ev.RateLimitsUpdated(rate_limits=[]))
+
+
+def _call_item(call: dict[str, Any]) -> dict[str, Any]:
+    """A function call as a Realtime item."""
+    return {
+        "id": call["id"],
+        "object": "realtime.item",
+        "type": "function_call",
+        "status": call["status"],
+        "call_id": call["call_id"],
+        "name": call["name"],
+        "arguments": call["arguments"],
+    }

@@ -66,12 +66,31 @@ class ConversationStore:
             self._last_id = next(reversed(self._items), None) if self._items else None
         return True
 
-    def messages(self) -> list[dict[str, str]]:
-        """History as plain chat messages (role + text) for models that read history."""
-        out: list[dict[str, str]] = []
+    def messages(self) -> list[dict[str, Any]]:
+        """History as chat messages (role + content) for models that read history; a
+        function call is an assistant message with ``tool_calls``, its output a
+        ``role: tool`` message naming the call."""
+        out: list[dict[str, Any]] = []
         for stored in self._items.values():
             item = stored.item
-            if item.get("type") != "message":
+            kind = item.get("type")
+            if kind == "function_call":
+                call = {"name": item.get("name"), "arguments": item.get("arguments") or ""}
+                out.append(
+                    {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [
+                            {"id": item.get("call_id"), "type": "function", "function": call}
+                        ],
+                    }
+                )
+                continue
+            if kind == "function_call_output":
+                output = item.get("output")
+                out.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": output})
+                continue
+            if kind != "message":
                 continue
             text = " ".join(
                 part.get("text") or part.get("transcript") or ""
@@ -81,3 +100,11 @@ class ConversationStore:
             if text:
                 out.append({"role": str(item.get("role", "user")), "content": text})
         return out
+
+    def function_call(self, call_id: str) -> StoredItem | None:
+        """The function call item with ``call_id``, if history holds one."""
+        for stored in self._items.values():
+            item = stored.item
+            if item.get("type") == "function_call" and item.get("call_id") == call_id:
+                return stored
+        return None

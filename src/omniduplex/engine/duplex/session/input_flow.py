@@ -426,6 +426,16 @@ class InputFlow(Inputs):
             session.pending_user_text = (
                 session.pending_user_text + " " + " ".join(t for t in texts if isinstance(t, str))
             ).strip()
+        if item.get("type") == "function_call_output":
+            call_id = item.get("call_id")
+            if session.items.function_call(call_id) is None:
+                self.out.error(
+                    "function_call_not_found",
+                    f"No function call with call_id {call_id!r} in this conversation",
+                    event_id=command.event_id,
+                    param="item.call_id",
+                )
+                return
         previous = session.items.add(StoredItem(item=item))
         self.out.item_added(item, command.previous_item_id or previous, done=True)
 

@@ -22,7 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from ....protocol.duplex import OutputAudioEncoder, b64encode_str, truncate_transcript
+from ....protocol.duplex import (
+    OutputAudioEncoder,
+    RealtimeProtocolError,
+    b64encode_str,
+    truncate_transcript,
+)
 from ....protocol.duplex import commands as cmd
 from ..contracts import StageSubmission, stage_request_id
 from ..plugin import (
@@ -32,14 +37,16 @@ from ..plugin import (
     ModelListen,
     ModelSpeak,
     ModelText,
+    ModelToolCall,
     ResponseRequest,
 )
+from ..settings import check_tool_choice, check_tools
 from .context import Responses, SessionContext, StageOutputItem
 from .history import StoredItem
 from .lease import LeaseActivity
 from .playback_ledger import apply_playback_ack, truncate_item, truncate_stored_item
 from .playout import AudioUnit
-from .state import ActiveResponse, PlaybackCursor, TurnStep, new_response_id
+from .state import ActiveResponse, PlaybackCursor, TurnStep, new_item_id, new_response_id
 
 # Cancel reasons that came from the server's own turn detection rather than the client.
 _SERVER_DETECTED = frozenset({"turn_detected"})
@@ -74,6 +81,15 @@ class ResponseFlow(Responses):
     def on_create(self, command: cmd.CreateResponse) -> None:
         session = self.session
         options = dict(command.options or {})
+        try:
+            if options.get("tools") is not None:
+                options["tools"] = check_tools(options["tools"], "response.tools")
+            if options.get("tool_choice") is not None:
+                choice = check_tool_choice(options["tool_choice"], "response.tool_choice")
+                options["tool_choice"] = choice
+        except RealtimeProtocolError as exc:
+            self.out.error(exc.code, exc.message, event_id=command.event_id, param=exc.param)
+            return
         refused = self._refused_option(options)
         if refused is not None:
             self.out.error(
@@ -158,6 +174,7 @@ class ResponseFlow(Responses):
             # resumable stage-0 request; a response is a stretch of that stream, so there
             # is no per-response stage request to plan or submit.
             return
+        tools, tool_choice = self._tools(options)
         request = ResponseRequest(
             fence=session.fence,
             response_id=response_id,
@@ -168,6 +185,8 @@ class ResponseFlow(Responses):
             session=session.settings.as_model_config(),
             input_streamed=carried_by is not None,
             opening=opening and carried_by is None,
+            tools=tools,
+            tool_choice=tool_choice,
         )
         if carried_by is not None:
             request_id = carried_by
@@ -179,6 +198,17 @@ class ResponseFlow(Responses):
             self.ctx.stage.submit(StageSubmission(request_id, 0, data, final=True))
         except Exception as exc:
             self.fail("model_backend_failed", f"could not start the response: {exc}")
+
+    def _tools(self, options: dict[str, Any]) -> tuple[list[dict[str, Any]], Any]:
+        """The tools this response may call (the response's own, else the session's) and
+        its tool choice; none for a model that calls no tools."""
+        if not self.session.capabilities.supports_tools:
+            return [], "none"
+        settings = self.session.settings
+        tools = options.get("tools")
+        tools = settings.tools if tools is None else tools
+        choice = options.get("tool_choice")
+        return list(tools), settings.tool_choice if choice is None else choice
 
     # ---- model output -----------------------------------------------------------
 
@@ -234,6 +264,43 @@ class ResponseFlow(Responses):
             self.ctx.inputs.on_model_transcript(result, request_id=request_id)
         elif isinstance(result, ModelError):
             self.fail(result.code, result.message)
+        elif isinstance(result, ModelToolCall) and response is not None:
+            self._on_tool_call(response, result)
+
+    def _on_tool_call(self, response: ActiveResponse, result: ModelToolCall) -> None:
+        """A function call item: opened on its first piece, its arguments streamed, and
+        once done, kept in history for the output the client will send."""
+        call = response.calls.get(result.call_id)
+        if call is None:
+            call = {
+                "id": new_item_id(),
+                "call_id": result.call_id,
+                "name": result.name,
+                "arguments": "",
+                "status": "in_progress",
+                # The response's message item is output 0; its calls follow in order.
+                "output_index": len(response.calls) + 1,
+            }
+            response.calls[result.call_id] = call
+            self.out.function_call_started(response, call)
+        if call["status"] != "in_progress":
+            return
+        if result.arguments:
+            call["arguments"] += result.arguments
+            self.out.function_call_delta(response, call, result.arguments)
+        if result.done:
+            call["status"] = "completed"
+            self.out.function_call_done(response, call)
+            item = {
+                "id": call["id"],
+                "object": "realtime.item",
+                "type": "function_call",
+                "status": "completed",
+                "call_id": call["call_id"],
+                "name": call["name"],
+                "arguments": call["arguments"],
+            }
+            self.session.items.add(StoredItem(item=item, response_id=response.response_id))
 
     def _on_audio(self, response: ActiveResponse, result: ModelAudio) -> None:
         session = self.session
@@ -396,6 +463,11 @@ class ResponseFlow(Responses):
         error_message: str | None = None,
     ) -> None:
         session = self.session
+        for call in response.calls.values():
+            if call["status"] == "in_progress":
+                # Cut off mid-call (a cancel, a talk-over, a failure): never to be answered.
+                call["status"] = "incomplete"
+                self.out.function_call_done(response, call)
         cursor = session.cursor(response.response_id)
         transcript = response.transcript_text()
         shown = transcript

@@ -174,6 +174,8 @@ class ActiveResponse:
     stage_compute_s: float = 0.0
     input_audio_ms: float = 0.0
     input_text: str = ""
+    # Its function calls by call_id (id, call_id, name, arguments, status, output_index).
+    calls: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The model is done with it (status, reason) but its audio is still being released
     # at the playout's pace: it ends when the last of it has left.
     generation_ended: tuple[str, str | None] | None = None

@@ -35,6 +35,7 @@ from omniduplex.engine.duplex.plugin import (
     ModelListen,
     ModelResult,
     ModelText,
+    ModelToolCall,
     ResponseRequest,
 )
 from omniduplex.engine.duplex.vad import SpeechClassifier, TurnCompletionModel
@@ -84,6 +85,15 @@ class CascadeDataPlane(DuplexDataPlane):
             return []
         if kind == "listen":
             return [ModelListen(reason=str(data.get("reason", "model_listen")))]
+        if kind == "tool_call":
+            return [
+                ModelToolCall(
+                    call_id=str(data["call_id"]),
+                    name=str(data.get("name") or ""),
+                    arguments=str(data.get("arguments") or ""),
+                    done=bool(data.get("done")),
+                )
+            ]
         if kind == "error":
             return [
                 ModelError(
@@ -134,6 +144,9 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
             supports_response_max_output_tokens=llm,
             supports_response_voice=True,
             supports_semantic_vad=self._turn_model is not None,
+            # Both responders call tools: the rule responder by its documented rule, the
+            # openai one through the chat endpoint's function calling.
+            supports_tools=True,
             optional_input_modalities=frozenset({"text"}),
             signal_sources=("client_event", "server_policy"),
             chunk_period_ms=self.cascade_options.unit_ms,
@@ -207,6 +220,8 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
                 session.get("max_output_tokens"),
             ),
             "voice": options.get("voice") or session.get("voice"),
+            "tools": [dict(tool) for tool in request.tools],
+            "tool_choice": request.tool_choice,
         }
 
 

@@ -8,14 +8,25 @@ A failing or silent backend fails that response only (``responder_failed``).
 
 Outputs, in order, per request: the transcript (passed through for the session's user
 item), then reply text pieces (``kind: reply``), the last one ``final``; or one ``listen``
-or ``error``.
+or ``error``. A response with ``tools`` may instead (or after its text) call them:
+``kind: tool_call`` pieces (``call_id``, ``name``, the next part of ``arguments``, the last
+one ``done``), which TTS passes on untouched.
+
+The rule responder calls a declared tool when every word of its name (split at ``_`` and
+``-``) is among the user's words (``check_weather`` for "check the weather please"), or
+when ``tool_choice`` names it or is ``required`` (the first tool); its arguments give every
+string property the tool's schema declares the user's whole sentence. Asked to speak
+after a tool's output (the history ends with it), it speaks that output: a JSON object as
+its values, anything else as it is.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,6 +48,25 @@ _POLL_S = 0.005
 
 def _words(text: str) -> set[str]:
     return set(text.lower().replace("'", " ").split())
+
+
+def new_call_id() -> str:
+    return "call_" + os.urandom(12).hex()
+
+
+def _name_words(name: str) -> set[str]:
+    return {word for word in re.split(r"[_\-]+", name.lower()) if word}
+
+
+def _spoken_output(output: str) -> str:
+    """A tool's output as words: a JSON object's values, anything else as it is."""
+    try:
+        value = json.loads(output)
+    except ValueError:
+        return output.strip()
+    if isinstance(value, dict):
+        return ", ".join(str(v) for v in value.values())
+    return str(value)
 
 
 class BuiltinResponder:
@@ -74,9 +104,43 @@ class BuiltinResponder:
         return f"You said: {text}."
 
     def opening(self, history: Sequence[Mapping[str, Any]]) -> str:
-        """What to say with nothing new from the user: greet, or offer more help."""
+        """What to say with nothing new from the user: a tool's output just given, a
+        greeting, or an offer of more help."""
+        if history and history[-1].get("role") == "tool":
+            spoken = _spoken_output(str(history[-1].get("content") or ""))
+            return f"{spoken.rstrip('.')}." if spoken else ANYTHING_ELSE
         spoke = any(message.get("role") == "assistant" for message in history)
         return ANYTHING_ELSE if spoke else GREETING
+
+    def tool_call(
+        self, heard: str, tools: Sequence[Mapping[str, Any]], choice: Any
+    ) -> tuple[str, dict[str, Any]] | None:
+        """The tool to call for ``heard`` and its arguments, by the rule in the module
+        docstring; ``None`` to answer in words."""
+        if not tools or choice == "none":
+            return None
+        by_name = {str(tool.get("name")): tool for tool in tools}
+        chosen = None
+        if isinstance(choice, Mapping):
+            chosen = by_name.get(str(choice.get("name")))
+        if chosen is None:
+            words = _words(heard.replace("?", " ").replace(".", " ").replace(",", " "))
+            chosen = next((t for t in tools if _name_words(str(t.get("name"))) <= words), None)
+        if chosen is None and choice == "required":
+            chosen = tools[0]
+        if chosen is None:
+            return None
+        schema = chosen.get("parameters") if isinstance(chosen.get("parameters"), Mapping) else {}
+        properties = (
+            schema.get("properties") if isinstance(schema.get("properties"), Mapping) else {}
+        )
+        text = " ".join(heard.split())
+        arguments = {
+            key: text
+            for key, spec in properties.items()
+            if isinstance(spec, Mapping) and spec.get("type") == "string"
+        }
+        return str(chosen.get("name")), arguments
 
 
 class ResponderError(RuntimeError):
@@ -85,18 +149,53 @@ class ResponderError(RuntimeError):
 
 def chat_messages(
     system_prompt: str, instructions: str | None, history: Sequence[Mapping[str, Any]], user: str
-) -> list[dict[str, str]]:
-    """System prompt (or the session's instructions), history, then the user's turn."""
-    messages = [{"role": "system", "content": instructions or system_prompt}]
+) -> list[dict[str, Any]]:
+    """System prompt (or the session's instructions), history (function calls and their
+    outputs included), then the user's turn."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": instructions or system_prompt}]
     for message in history:
         role = str(message.get("role", "user"))
         content = str(message.get("content") or "")
-        if role in ("user", "assistant", "system") and content:
+        if role == "assistant" and message.get("tool_calls"):
+            calls = [dict(call) for call in message["tool_calls"]]
+            messages.append({"role": "assistant", "content": content or None, "tool_calls": calls})
+        elif role == "tool":
+            call_id = str(message.get("tool_call_id") or "")
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+        elif role in ("user", "assistant", "system") and content:
             messages.append({"role": role, "content": content})
     last = messages[-1]
-    if user and not (last["role"] == "user" and last["content"].strip() == user.strip()):
+    if user and not (last["role"] == "user" and str(last["content"]).strip() == user.strip()):
         messages.append({"role": "user", "content": user})
     return messages
+
+
+def chat_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Realtime function tools in chat completions' shape."""
+    out = []
+    for tool in tools:
+        function = {"name": tool.get("name")}
+        for key in ("description", "parameters"):
+            if tool.get(key) is not None:
+                function[key] = tool[key]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def chat_tool_choice(choice: Any) -> Any:
+    if isinstance(choice, Mapping):
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return choice
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallPiece:
+    """Part of a streamed function call: ``index`` tells the calls of one reply apart."""
+
+    index: int
+    call_id: str | None
+    name: str | None
+    arguments: str
 
 
 class OpenAIChatResponder:
@@ -111,15 +210,21 @@ class OpenAIChatResponder:
 
     def stream(
         self,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         *,
         temperature: float | None,
         max_tokens: int | None,
         cancelled: threading.Event,
-    ) -> Iterator[str]:
+        tools: Sequence[Mapping[str, Any]] = (),
+        tool_choice: Any = "auto",
+    ) -> Iterator[str | ToolCallPiece]:
+        """Content deltas (``str``) and function call pieces as the backend streams them."""
         import httpx
 
         body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
+        if tools:
+            body["tools"] = chat_tools(tools)
+            body["tool_choice"] = chat_tool_choice(tool_choice)
         if temperature is not None:
             body["temperature"] = temperature
         limit = max_tokens or self.max_tokens
@@ -152,9 +257,17 @@ class OpenAIChatResponder:
                     if isinstance(chunk, dict) and chunk.get("error"):
                         raise ResponderError(f"chat backend error: {chunk['error']}")
                     for choice in chunk.get("choices") or []:
-                        delta = (choice.get("delta") or {}).get("content")
-                        if delta:
-                            yield str(delta)
+                        delta = choice.get("delta") or {}
+                        if delta.get("content"):
+                            yield str(delta["content"])
+                        for call in delta.get("tool_calls") or []:
+                            function = call.get("function") or {}
+                            yield ToolCallPiece(
+                                index=int(call.get("index") or 0),
+                                call_id=call.get("id"),
+                                name=function.get("name"),
+                                arguments=str(function.get("arguments") or ""),
+                            )
         except httpx.TimeoutException as exc:
             raise ResponderError(f"chat backend timed out after {self.timeout_s:g}s") from exc
         except httpx.HTTPError as exc:
@@ -232,6 +345,13 @@ class ResponderStageModel(StageModel):
             reply.outbox.put({"kind": "listen", "reason": reason, "_final": True})
             return
         if self.llm is None:
+            call = self.builtin.tool_call(user, meta.get("tools") or (), meta.get("tool_choice"))
+            if call is not None:
+                name, arguments = call
+                piece = {"kind": "tool_call", "call_id": new_call_id(), "name": name}
+                reply.outbox.put({**piece, "arguments": json.dumps(arguments), "done": True})
+                reply.outbox.put({"kind": "reply", "text": "", "final": True, "_final": True})
+                return
             text = self.builtin.reply(user)
             reply.outbox.put({"kind": "reply", "text": text, "final": True, "_final": True})
             return
@@ -256,7 +376,7 @@ class ResponderStageModel(StageModel):
         messages = chat_messages(self.options.system_prompt, meta.get("instructions"), history, "")
         self._start_llm(request_id, reply, messages)
 
-    def _start_llm(self, request_id: str, reply: _Reply, messages: list[dict[str, str]]) -> None:
+    def _start_llm(self, request_id: str, reply: _Reply, messages: list[dict[str, Any]]) -> None:
         reply.thread = threading.Thread(
             target=self._run_llm,
             args=(reply, messages),
@@ -265,21 +385,34 @@ class ResponderStageModel(StageModel):
         )
         reply.thread.start()
 
-    def _run_llm(self, reply: _Reply, messages: list[dict[str, str]]) -> None:
+    def _run_llm(self, reply: _Reply, messages: list[dict[str, Any]]) -> None:
         assert self.llm is not None
         meta = reply.meta
         produced = False
+        calls: dict[int, dict[str, Any]] = {}  # by the backend's index
         try:
             for delta in self.llm.stream(
                 messages,
                 temperature=meta.get("temperature"),
                 max_tokens=meta.get("max_output_tokens"),
                 cancelled=reply.cancelled,
+                tools=meta.get("tools") or (),
+                tool_choice=meta.get("tool_choice") or "auto",
             ):
                 if reply.cancelled.is_set():
                     return
                 produced = True
+                if isinstance(delta, ToolCallPiece):
+                    call = calls.setdefault(
+                        delta.index,
+                        {"kind": "tool_call", "call_id": delta.call_id or new_call_id()},
+                    )
+                    call["name"] = call.get("name") or delta.name or ""
+                    reply.outbox.put({**call, "arguments": delta.arguments, "done": False})
+                    continue
                 reply.outbox.put({"kind": "reply", "text": delta, "final": False})
+            for call in calls.values():
+                reply.outbox.put({**call, "arguments": "", "done": True})
         except Exception as exc:
             message = (
                 str(exc) if isinstance(exc, ResponderError) else f"{type(exc).__name__}: {exc}"
@@ -328,7 +461,7 @@ class ResponderStageModel(StageModel):
                     trace["responder_first_text_s"] = reply.first_token_at - reply.started_at
                     trace["responder_started_at"] = reply.started_at
                     data = {**_passed_on(reply.meta), **data, "trace": trace}
-                elif data.get("kind") in ("listen", "error"):
+                elif data.get("kind") in ("listen", "error", "tool_call"):
                     data = {**_passed_on(reply.meta), **data}
                 if final:
                     del self._replies[request_id]

@@ -1,0 +1,202 @@
+"""Function calling through the real client libraries, on the shipped ``cascade``.
+
+The cascade's rule responder calls a declared tool when every word of its name is among
+the user's words (``check_weather`` for "Check the weather in Paris please.") and, asked
+to speak after the tool's output, speaks that output. So the whole OpenAI flow runs with
+no LLM: the call (``response.function_call_arguments.*`` in a ``function_call`` item),
+the client's ``function_call_output``, and the spoken answer that uses it. Every event
+the ``openai`` SDK receives validates against its own server-event union.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import openai.types.beta.realtime as beta_types
+import openai.types.realtime as ga_types
+import orjson
+import pydantic
+import pytest
+from agents import function_tool
+from agents.realtime import RealtimeAgent, RealtimeRunner
+from openai import AsyncOpenAI
+from server_harness import TIMEOUT_S, RunningServer, run_server
+
+WEATHER = {
+    "type": "function",
+    "name": "check_weather",
+    "description": "The weather forecast for a place.",
+    "parameters": {
+        "type": "object",
+        "properties": {"place": {"type": "string"}},
+        "required": ["place"],
+    },
+}
+ASK = "Check the weather in Paris please."
+FORECAST = "sunny and warm"
+ADAPTERS = {
+    "ga": pydantic.TypeAdapter(ga_types.RealtimeServerEvent),
+    "beta": pydantic.TypeAdapter(beta_types.RealtimeServerEvent),
+}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RunningServer]:
+    with run_server("cascade") as running:
+        yield running
+
+
+class Wire:
+    """Reads one SDK connection; each event is validated by the SDK's own union."""
+
+    def __init__(self, conn: Any, dialect: str) -> None:
+        self.conn, self.dialect, self.adapter = conn, dialect, ADAPTERS[dialect]
+        self.seen: list[dict[str, Any]] = []
+
+    async def until(self, wanted: str) -> list[dict[str, Any]]:
+        out = []
+        while True:
+            event = orjson.loads(await asyncio.wait_for(self.conn.recv_bytes(), TIMEOUT_S))
+            assert self.adapter.validate_python(event).type == event["type"]
+            self.seen.append(event)
+            out.append(event)
+            if event["type"] == wanted:
+                return out
+
+
+async def _ask_and_answer(conn: Any, wire: Wire, tools: Any) -> dict[str, Any]:
+    """The flow, as the SDK's user writes it; returns what it saw, by step."""
+    await wire.until("session.created")
+    await conn.session.update(session=tools)
+    await wire.until("session.updated")
+    await conn.conversation.item.create(
+        item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": ASK}]}
+    )
+    await conn.response.create()
+    calling = await wire.until("response.done")
+    call = next(i for i in calling[-1]["response"]["output"] if i["type"] == "function_call")
+    await conn.conversation.item.create(
+        item={
+            "type": "function_call_output",
+            "call_id": call["call_id"],
+            "output": json.dumps({"forecast": FORECAST}),
+        }
+    )
+    # GA says an item is done; beta only that it was created.
+    answered_output = await wire.until(
+        "conversation.item.done" if wire.dialect == "ga" else "conversation.item.created"
+    )
+    await conn.response.create()
+    answer = await wire.until("response.done")
+    return {"calling": calling, "call": call, "output": answered_output, "answer": answer}
+
+
+def _check_flow(steps: dict[str, Any]) -> None:
+    calling, call, answer = steps["calling"], steps["call"], steps["answer"]
+    kinds = [e["type"] for e in calling]
+    # OpenAI's order for a function call item.
+    added = next(
+        k
+        for k, e in enumerate(calling)
+        if e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call"
+    )
+    assert calling[added]["item"]["status"] == "in_progress"
+    deltas = [e for e in calling if e["type"] == "response.function_call_arguments.delta"]
+    done = next(e for e in calling if e["type"] == "response.function_call_arguments.done")
+    assert added < kinds.index("response.function_call_arguments.delta")
+    assert kinds.index("response.function_call_arguments.done") < len(kinds) - 1
+    assert all(d["call_id"] == call["call_id"] for d in deltas)
+    assert "".join(d["delta"] for d in deltas) == done["arguments"] == call["arguments"]
+    assert done["name"] == "check_weather" and call["status"] == "completed"
+    assert json.loads(call["arguments"]) == {"place": ASK}
+    assert calling[-1]["response"]["status"] == "completed"
+    # The output is stored and answered only when asked: no response of its own.
+    assert not [e for e in steps["output"] if e["type"] == "response.created"]
+    spoken = answer[-1]["response"]["output"][0]["content"][0]["transcript"]
+    assert answer[-1]["response"]["status"] == "completed"
+    assert spoken == f"{FORECAST}."
+
+
+@pytest.mark.parametrize("dialect", ["ga", "beta"])
+async def test_the_openai_sdk_calls_a_tool_and_hears_the_answer(server, dialect) -> None:
+    if dialect == "ga":
+        client = AsyncOpenAI(api_key="unused", base_url=server.http_url + "/v1")
+        connection = client.realtime.connect(model="cascade")
+        tools = {"type": "realtime", "tools": [WEATHER], "tool_choice": "auto"}
+    else:
+        base = server.ws_url.rsplit("/", 1)[0]
+        client = AsyncOpenAI(api_key="unused", websocket_base_url=base)
+        connection = client.beta.realtime.connect(model="cascade")
+        tools = {"tools": [WEATHER], "tool_choice": "auto"}
+    async with connection as conn:
+        wire = Wire(conn, dialect)
+        steps = await _ask_and_answer(conn, wire, tools)
+    _check_flow(steps)
+
+
+async def test_a_function_call_output_for_an_unknown_call_is_refused(server) -> None:
+    client = AsyncOpenAI(api_key="unused", base_url=server.http_url + "/v1")
+    async with client.realtime.connect(model="cascade") as conn:
+        wire = Wire(conn, "ga")
+        await wire.until("session.created")
+        await conn.conversation.item.create(
+            item={"type": "function_call_output", "call_id": "call_nope", "output": "{}"}
+        )
+        refused = (await wire.until("error"))[-1]["error"]
+    assert refused["type"] == "invalid_request_error"
+    assert refused["code"] == "function_call_not_found" and refused["param"] == "item.call_id"
+
+
+async def test_a_malformed_tool_is_refused_alone(server) -> None:
+    client = AsyncOpenAI(api_key="unused", base_url=server.http_url + "/v1")
+    bad = {**WEATHER, "name": "no spaces allowed"}
+    async with client.realtime.connect(model="cascade") as conn:
+        wire = Wire(conn, "ga")
+        await wire.until("session.created")
+        update = {"type": "realtime", "tools": [WEATHER, bad], "instructions": "Be brief."}
+        await conn.session.update(session=update)
+        seen = await wire.until("session.updated")
+    errors = [e["error"] for e in seen if e["type"] == "error"]
+    assert [(e["code"], e["param"]) for e in errors] == [("invalid_tool", "tools[1].name")]
+    assert seen[-1]["session"]["instructions"] == "Be brief."
+
+
+async def test_an_agents_sdk_function_tool_runs_and_the_agent_speaks_its_result(server) -> None:
+    ran: list[str] = []
+
+    @function_tool
+    def check_weather(place: str) -> str:
+        """The weather forecast for a place."""
+        ran.append(place)
+        return FORECAST
+
+    agent: RealtimeAgent[Any] = RealtimeAgent(
+        name="Assistant", instructions="Answer briefly.", tools=[check_weather]
+    )
+    runner = RealtimeRunner(agent)
+    session = await runner.run(
+        model_config={"url": f"{server.ws_url}?model=cascade", "api_key": "unused"}
+    )
+    errors: list[Any] = []
+    spoken: list[str] = []
+    async with session:
+        await session.send_message(ASK)
+
+        async def listen() -> None:
+            async for event in session:
+                if event.type == "error":
+                    errors.append(event.error)
+                elif event.type == "raw_model_event" and event.data.type == "raw_server_event":
+                    raw = event.data.data
+                    if raw.get("type") == "response.output_audio_transcript.done":
+                        spoken.append(raw["transcript"])
+                        if FORECAST in raw["transcript"]:
+                            return
+
+        await asyncio.wait_for(listen(), TIMEOUT_S)
+    assert ran == [ASK]
+    assert any(FORECAST in text for text in spoken), spoken
+    assert not errors, errors
