@@ -66,10 +66,11 @@ def percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
-def write_deploy(folder: Path) -> Path:
+def write_deploy(folder: Path, sentences: list[str] | None = None) -> Path:
+    """The cascade with its ASR restricted to ``sentences`` (exact on espeak speech)."""
     raw = yaml.safe_load((DEPLOY_DIR / "cascade.yaml").read_text())
     kwargs = raw["stages"][0]["model"]["kwargs"]
-    kwargs["asr_sentences"] = SENTENCES
+    kwargs["asr_sentences"] = sentences or SENTENCES
     for stage in raw["stages"]:
         stage["model"]["kwargs"] = kwargs
     path = folder / "cascade-talk-over.yaml"
