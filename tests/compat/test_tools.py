@@ -200,3 +200,58 @@ async def test_an_agents_sdk_function_tool_runs_and_the_agent_speaks_its_result(
     assert ran == [ASK]
     assert any(FORECAST in text for text in spoken), spoken
     assert not errors, errors
+
+
+async def test_a_livekit_function_tool_runs_and_the_model_speaks_its_result(server) -> None:
+    from livekit.agents import llm
+    from livekit.plugins import openai as lk_openai
+
+    ran: list[str] = []
+
+    @llm.function_tool
+    async def check_weather(place: str) -> str:
+        """The weather forecast for a place."""
+        ran.append(place)
+        return FORECAST
+
+    model = lk_openai.realtime.RealtimeModel(
+        base_url=server.http_url + "/v1", api_key="unused", model="cascade"
+    )
+    session = model.session()
+    errors: list[Any] = []
+    session.on("error", errors.append)
+    try:
+        await session.update_instructions("Answer briefly.")
+        await session.update_tools([check_weather])
+        asked = session.chat_ctx.copy()
+        asked.add_message(role="user", content=ASK)
+        await session.update_chat_ctx(asked)
+        calls = await asyncio.wait_for(_calls(await session.generate_reply()), TIMEOUT_S)
+        # The framework runs the tool and puts its result in the chat context.
+        result = await llm.execute_function_call(calls[0], llm.ToolContext([check_weather]))
+        answered = session.chat_ctx.copy()
+        answered.items.append(result.fnc_call_out)
+        await session.update_chat_ctx(answered)
+        spoken = await asyncio.wait_for(_text(await session.generate_reply()), TIMEOUT_S)
+    finally:
+        await session.aclose()
+        await model.aclose()
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("check_weather", {"place": ASK})]
+    assert ran == [ASK]
+    assert spoken == f"{FORECAST}."
+    assert not errors, errors
+
+
+async def _calls(generation: Any) -> list[Any]:
+    async for message in generation.message_stream:
+        async for _ in message.text_stream:
+            pass
+    return [call async for call in generation.function_stream]
+
+
+async def _text(generation: Any) -> str:
+    text = ""
+    async for message in generation.message_stream:
+        async for piece in message.text_stream:
+            text += piece
+    return text
