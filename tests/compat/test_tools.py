@@ -5,7 +5,9 @@ the user's words (``check_weather`` for "Check the weather in Paris please.") an
 to speak after the tool's output, speaks that output. So the whole OpenAI flow runs with
 no LLM: the call (``response.function_call_arguments.*`` in a ``function_call`` item),
 the client's ``function_call_output``, and the spoken answer that uses it. Every event
-the ``openai`` SDK receives validates against its own server-event union.
+the ``openai`` SDK receives validates against its own server-event union; the Agents
+SDK, LiveKit and Pipecat each run their own function-calling flow through their public
+API, and their tool runs.
 """
 
 from __future__ import annotations
@@ -255,3 +257,75 @@ async def _text(generation: Any) -> str:
         async for piece in message.text_stream:
             text += piece
     return text
+
+
+async def test_a_pipecat_registered_function_runs_and_the_answer_speaks_its_result(
+    server,
+) -> None:
+    from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+    from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+    from pipecat.frames.frames import EndFrame, LLMRunFrame
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+    from pipecat.processors.aggregators.llm_context import LLMContext
+    from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+    from pipecat.services.openai.realtime.llm import OpenAIRealtimeLLMService
+    from pipecat.workers.runner import WorkerRunner
+
+    from client_compat.pipecat import _processors, _Tally
+
+    ran: list[Any] = []
+
+    async def check_weather(params: Any) -> None:
+        ran.append(params.arguments)
+        await params.result_callback({"forecast": FORECAST})
+
+    settings = OpenAIRealtimeLLMService.Settings(
+        model="cascade", system_instruction="Answer briefly."
+    )
+    llm = OpenAIRealtimeLLMService(api_key="unused", base_url=server.ws_url, settings=settings)
+    llm.register_function("check_weather", check_weather)
+    schema = FunctionSchema(
+        name="check_weather",
+        description="The weather forecast for a place.",
+        properties={"place": {"type": "string"}},
+        required=["place"],
+    )
+    context = LLMContext(
+        messages=[{"role": "user", "content": ASK}],
+        tools=ToolsSchema(standard_tools=[schema]),
+    )
+    user, assistant = LLMContextAggregatorPair(context)
+    tally = _Tally()
+    source, sink, watcher = _processors(tally)
+    worker = PipelineWorker(
+        Pipeline([source, user, llm, sink, assistant]),
+        params=PipelineParams(audio_in_sample_rate=16_000, audio_out_sample_rate=24_000),
+        observers=[watcher],
+        idle_timeout_secs=None,
+    )
+    errors: list[Any] = []
+
+    @worker.event_handler("on_pipeline_error")
+    async def _on_error(_worker: Any, frame: Any) -> None:
+        errors.append(frame.error)
+
+    started = asyncio.Event()
+
+    @worker.event_handler("on_pipeline_started")
+    async def _on_started(_worker: Any, _frame: Any) -> None:
+        started.set()
+
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    run = asyncio.create_task(runner.run())
+    try:
+        await asyncio.wait_for(started.wait(), TIMEOUT_S)
+        await worker.queue_frame(LLMRunFrame())  # a bot's first turn, on this context
+        heard = await tally.until(lambda: FORECAST in "".join(tally.text))
+    finally:
+        await worker.queue_frame(EndFrame())
+        await asyncio.wait_for(run, TIMEOUT_S)
+    assert ran == [{"place": ASK}]
+    assert heard, tally.text
+    assert not errors, errors
