@@ -169,23 +169,27 @@ class SessionEmitter:
         }
 
     def response_started(self, response: ActiveResponse) -> None:
-        rid, iid = response.response_id, response.item_id
-        previous = self.session.items.last_item_id
-        item = self._in_progress_item(response)
+        rid = response.response_id
         self.emit(
             ev.ResponseCreated(
                 response=self._response_object(response, "in_progress"), response_id=rid
             )
         )
+
+    def message_opened(self, response: ActiveResponse) -> None:
+        """The response's assistant message item opens (with the first thing it says)."""
+        rid, iid, index = response.response_id, response.item_id, _message_index(response)
+        previous = self.session.items.last_item_id
+        item = self._in_progress_item(response)
         self.emit(ev.ConversationItemAdded(previous_item_id=previous, item=item))
         self.emit(ev.ConversationItemCreated(previous_item_id=previous, item=item))
-        self.emit(ev.ResponseOutputItemAdded(response_id=rid, output_index=0, item=item))
+        self.emit(ev.ResponseOutputItemAdded(response_id=rid, output_index=index, item=item))
         if response.wants_audio:
             self.emit(
                 ev.ResponseContentPartAdded(
                     response_id=rid,
                     item_id=iid,
-                    output_index=0,
+                    output_index=index,
                     content_index=0,
                     part={"type": "audio", "transcript": ""},
                 )
@@ -238,7 +242,7 @@ class SessionEmitter:
             ev.ResponseSpeak(
                 response_id=response.response_id,
                 item_id=response.item_id,
-                output_index=0,
+                output_index=_message_index(response),
                 content_index=0,
                 metadata={"epoch": self.session.epoch},
             )
@@ -267,7 +271,7 @@ class SessionEmitter:
             ev.ResponseOutputAudioDelta(
                 response_id=response.response_id,
                 item_id=response.item_id,
-                output_index=0,
+                output_index=_message_index(response),
                 content_index=0,
                 delta=b64,
                 format=session.settings.output_format.name,
@@ -283,7 +287,7 @@ class SessionEmitter:
             ev.ResponseOutputAudioTranscriptDelta(
                 response_id=response.response_id,
                 item_id=response.item_id,
-                output_index=0,
+                output_index=_message_index(response),
                 content_index=0,
                 delta=text,
             )
@@ -301,7 +305,7 @@ class SessionEmitter:
                 ev.ResponseContentPartAdded(
                     response_id=response.response_id,
                     item_id=response.item_id,
-                    output_index=0,
+                    output_index=_message_index(response),
                     content_index=index,
                     part={"type": "text", "text": ""},
                 )
@@ -310,7 +314,7 @@ class SessionEmitter:
             ev.ResponseOutputTextDelta(
                 response_id=response.response_id,
                 item_id=response.item_id,
-                output_index=0,
+                output_index=_message_index(response),
                 content_index=index,
                 delta=delta,
             )
@@ -336,8 +340,38 @@ class SessionEmitter:
         error_message: str | None,
         stage_metrics: dict[str, Any],
     ) -> None:
+        rid = response.response_id
+        calls = [_call_item(call) for call in response.calls.values()]
+        output = calls
+        if response.message_index is not None:
+            output = [self._message_done(response, status, transcript, shown_transcript), *calls]
+        details: dict[str, Any] | None = {"type": status}
+        if status == "cancelled":
+            # The detailed reason; the codec folds it into OpenAI's two cancel reasons and
+            # keeps ours in metadata.omniduplex_reason.
+            details["reason"] = reason or "client_cancelled"
+        elif status == "failed":
+            details["reason"] = reason
+            details["error"] = {"type": "server_error", "code": reason, "message": error_message}
+        metadata = dict(response.metadata or {})
+        metadata["omniduplex_stage_metrics"] = stage_metrics
+        obj = self._response_object(
+            response,
+            status,
+            status_details=details,
+            output=output,
+            metadata=metadata,
+            usage=response.usage(),
+        )
+        self.emit(ev.ResponseDone(response=obj, response_id=rid))
+        self.emit(ev.RateLimitsUpdated(rate_limits=[]))
+
+    def _message_done(
+        self, response: ActiveResponse, status: str, transcript: str, shown_transcript: str
+    ) -> dict[str, Any]:
+        """The assistant message's closing events; the item as it ended."""
         rid, iid = response.response_id, response.item_id
-        common = {"response_id": rid, "item_id": iid, "output_index": 0}
+        common = {"response_id": rid, "item_id": iid, "output_index": _message_index(response)}
         if response.audio_deltas or transcript:
             self.emit(ev.ResponseOutputAudioDone(content_index=0, **common))
             if transcript:
@@ -376,29 +410,14 @@ class SessionEmitter:
             "content": content,
         }
         previous = self.session.items.last_item_id
-        self.emit(ev.ResponseOutputItemDone(response_id=rid, output_index=0, item=item))
+        index = _message_index(response)
+        self.emit(ev.ResponseOutputItemDone(response_id=rid, output_index=index, item=item))
         self.emit(ev.ConversationItemDone(previous_item_id=previous, item=item))
-        calls = [_call_item(call) for call in response.calls.values()]
-        details: dict[str, Any] | None = {"type": status}
-        if status == "cancelled":
-            # The detailed reason; the codec folds it into OpenAI's two cancel reasons and
-            # keeps ours in metadata.omniduplex_reason.
-            details["reason"] = reason or "client_cancelled"
-        elif status == "failed":
-            details["reason"] = reason
-            details["error"] = {"type": "server_error", "code": reason, "message": error_message}
-        metadata = dict(response.metadata or {})
-        metadata["omniduplex_stage_metrics"] = stage_metrics
-        obj = self._response_object(
-            response,
-            status,
-            status_details=details,
-            output=[item, *calls],
-            metadata=metadata,
-            usage=response.usage(),
-        )
-        self.emit(ev.ResponseDone(response=obj, response_id=rid))
-        self.emit(ev.RateLimitsUpdated(rate_limits=[]))
+        return item
+
+
+def _message_index(response: ActiveResponse) -> int:
+    return response.message_index if response.message_index is not None else 0
 
 
 def _call_item(call: dict[str, Any]) -> dict[str, Any]:

@@ -242,6 +242,7 @@ class ResponseFlow(Responses):
             if result.end_of_turn:
                 self.complete("completed")
         elif isinstance(result, ModelText):
+            self._open_message(response)
             self.out.text_delta(response, result.delta)
             response.text.append(result.delta)
             if result.end_of_turn:
@@ -258,6 +259,7 @@ class ResponseFlow(Responses):
                 self.out.listen(result.reason, None)
         elif isinstance(result, ModelSpeak):
             if response is not None and not response.speak_emitted:
+                self._open_message(response)
                 response.speak_emitted = True
                 self.out.speak(response)
         elif isinstance(result, ModelInputTranscript):
@@ -266,6 +268,13 @@ class ResponseFlow(Responses):
             self.fail(result.code, result.message)
         elif isinstance(result, ModelToolCall) and response is not None:
             self._on_tool_call(response, result)
+
+    def _open_message(self, response: ActiveResponse) -> None:
+        """Open the response's assistant message item, once, at the next output index."""
+        if response.message_index is None:
+            response.message_index = response.outputs_opened
+            response.outputs_opened += 1
+            self.out.message_opened(response)
 
     def _on_tool_call(self, response: ActiveResponse, result: ModelToolCall) -> None:
         """A function call item: opened on its first piece, its arguments streamed, and
@@ -278,9 +287,9 @@ class ResponseFlow(Responses):
                 "name": result.name,
                 "arguments": "",
                 "status": "in_progress",
-                # The response's message item is output 0; its calls follow in order.
-                "output_index": len(response.calls) + 1,
+                "output_index": response.outputs_opened,
             }
+            response.outputs_opened += 1
             response.calls[result.call_id] = call
             self.out.function_call_started(response, call)
         if call["status"] != "in_progress":
@@ -315,6 +324,7 @@ class ResponseFlow(Responses):
         cursor = session.cursor(response.response_id)
         cursor.generated_ms = audio_end_ms
         session.advance(TurnStep.RESPONSE_AUDIO)
+        self._open_message(response)
         if not response.speak_emitted:
             response.speak_emitted = True
             self.out.speak(response)
@@ -463,6 +473,9 @@ class ResponseFlow(Responses):
         error_message: str | None = None,
     ) -> None:
         session = self.session
+        if not response.calls:
+            # A response that said nothing still has its (empty) assistant message.
+            self._open_message(response)
         for call in response.calls.values():
             if call["status"] == "in_progress":
                 # Cut off mid-call (a cancel, a talk-over, a failure): never to be answered.
@@ -491,7 +504,7 @@ class ResponseFlow(Responses):
             error_message=error_message,
             stage_metrics=metrics,
         )
-        if response.conversation != "none":
+        if response.conversation != "none" and response.message_index is not None:
             self._store_assistant_item(response, status, transcript, cursor)
         session.advance(TurnStep.RESPONSE_END)
         playout = self.playout

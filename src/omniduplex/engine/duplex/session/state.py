@@ -176,6 +176,10 @@ class ActiveResponse:
     input_text: str = ""
     # Its function calls by call_id (id, call_id, name, arguments, status, output_index).
     calls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Output items opened so far, and the assistant message's place among them: it opens
+    # with the first thing said (a response that only calls a tool has none).
+    outputs_opened: int = 0
+    message_index: int | None = None
     # The model is done with it (status, reason) but its audio is still being released
     # at the playout's pace: it ends when the last of it has left.
     generation_ended: tuple[str, str | None] | None = None
