@@ -115,6 +115,10 @@ def _check_flow(steps: dict[str, Any]) -> None:
     assert done["name"] == "check_weather" and call["status"] == "completed"
     assert json.loads(call["arguments"]) == {"place": ASK}
     assert calling[-1]["response"]["status"] == "completed"
+    # A response that only calls a tool carries the call alone (no empty message item).
+    assert [i["type"] for i in calling[-1]["response"]["output"]] == ["function_call"]
+    assert calling[added]["output_index"] == 0
+    assert not [e for e in calling if e["type"] == "response.content_part.added"]
     # The output is stored and answered only when asked: no response of its own.
     assert not [e for e in steps["output"] if e["type"] == "response.created"]
     spoken = answer[-1]["response"]["output"][0]["content"][0]["transcript"]
