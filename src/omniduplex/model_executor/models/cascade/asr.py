@@ -1,4 +1,5 @@
-"""Stage 0: pocketsphinx ASR over a bounded pool of decoders shared by every session.
+"""Stage 0: ASR (pocketsphinx, or Whisper: ``whisper_asr.py``) over a bounded pool of
+decoders shared by every session.
 
 One request is one user turn. Its audio (float32, 16 kHz) may arrive in one piece or
 several; each ``step`` decodes at most ``asr_chunk_ms`` of it per request, so the turns of
@@ -22,6 +23,8 @@ back when it finishes or is aborted. A request that finds none waits up to
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
 import threading
 import time
@@ -37,6 +40,9 @@ from omniduplex.engine.stage.tasks import TRANSCRIPTION
 
 from .options import CascadeOptions
 from .vad import SILERO_FRAME_SAMPLES, SileroClassifier
+from .whisper_asr import build_whisper_decoder, whisper_available
+
+log = logging.getLogger(__name__)
 
 GRAMMAR_SEARCH = "cascade_grammar"
 _WORD = re.compile(r"[a-z']+")
@@ -77,11 +83,19 @@ def speech_onset(
 
 
 class DecoderPool:
-    """At most ``size`` pocketsphinx decoders, built lazily, shared by all requests."""
+    """At most ``size`` decoders, built lazily, shared by all requests: pocketsphinx's,
+    or ``build`` (another engine's utterance decoders, such as Whisper's)."""
 
-    def __init__(self, size: int, *, grammar: str | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        *,
+        grammar: str | None = None,
+        build: Callable[[], Any] | None = None,
+    ) -> None:
         self.size = size
         self.grammar = grammar
+        self._build_other = build
         self._free: list[Any] = []
         self._created = 0
         self._lock = threading.Lock()
@@ -96,6 +110,8 @@ class DecoderPool:
             return self._created - len(self._free)
 
     def _build(self) -> Any:
+        if self._build_other is not None:
+            return self._build_other()
         try:
             from pocketsphinx import Decoder
         except ImportError as exc:  # pragma: no cover - the cascade extra is not installed
@@ -158,7 +174,7 @@ class _Turn:
 
 
 class AsrStageModel(StageModel):
-    """pocketsphinx, one utterance per request; options as in ``CascadeOptions``.
+    """One utterance per request, on the ``asr`` engine; options as in ``CascadeOptions``.
 
     Also serves the ``transcription`` stage task (``/v1/audio/transcriptions``): audio at
     any ``sample_rate_hz`` is resampled to ``input_rate_hz``, and the request shares the
@@ -178,7 +194,9 @@ class AsrStageModel(StageModel):
         grammar = self.options.asr_grammar
         if grammar is None and self.options.asr_sentences:
             grammar = jsgf_for_sentences(self.options.asr_sentences)
-        self.pool = DecoderPool(self.options.asr_pool_size, grammar=grammar)
+        self.pool = DecoderPool(
+            self.options.asr_pool_size, grammar=grammar, build=self._other_engine()
+        )
         # Building a decoder takes about 0.3 s: do one now, not on the first user's turn.
         self.pool.release(self.pool.try_acquire())
         self._clock = clock
@@ -188,6 +206,24 @@ class AsrStageModel(StageModel):
         self._partial_chunk = self.options.input_rate_hz * self.options.asr_partial_ms // 1000
         self._pad = self.options.input_rate_hz * self.options.asr_trim_pad_ms // 1000
         self._vad = SileroClassifier() if self.options.asr_trim_silence else None
+
+    def _other_engine(self) -> Callable[[], Any] | None:
+        """Whisper's decoder factory when ``asr: whisper`` can run here (else None:
+        pocketsphinx, with one warning if Whisper was asked for)."""
+        options = self.options
+        if options.asr != "whisper":
+            return None
+        if not whisper_available():
+            log.warning("asr: whisper needs the whisper extra; using pocketsphinx instead")
+            return None
+        return functools.partial(
+            build_whisper_decoder, options.whisper_model, partial_ms=options.whisper_partial_ms
+        )
+
+    @property
+    def engine(self) -> str:
+        """The recogniser that runs: ``whisper`` or ``pocketsphinx``."""
+        return "pocketsphinx" if self.pool._build_other is None else "whisper"
 
     # ---- requests -----------------------------------------------------------------
 

@@ -16,13 +16,18 @@ RESPONDERS = ("builtin", "openai")
 # semantic_vad: Smart Turn when its weights are installed (auto), always, or never.
 TURN_MODELS = ("auto", "smart-turn", "none")
 TTS_ENGINES = ("espeak", "piper")
+ASR_ENGINES = ("pocketsphinx", "whisper")
 
 
 @dataclass(frozen=True, slots=True)
 class CascadeOptions:
     """Every knob of the cascade; unknown keys are refused so typos surface.
 
-    ASR: ``asr_pool_size`` decoders (about 90 MB each) are shared by all sessions; a turn
+    ASR: ``asr`` is ``pocketsphinx`` or ``whisper`` (Whisper ``tiny.en`` on CTranslate2,
+    the ``whisper`` extra; ``whisper_model`` names another CTranslate2 model directory;
+    ``whisper_partial_ms`` of new audio between live hypotheses; without the extra it
+    falls back to pocketsphinx with a warning). ``asr_pool_size`` decoders (about 90 MB
+    each for pocketsphinx; Whisper's share one model) are shared by all sessions; a turn
     waits at most ``asr_wait_s`` for one, then fails with ``asr_pool_exhausted``.
     ``asr_grammar`` (JSGF text) or ``asr_sentences`` (expected sentences) restricts
     recognition, which makes it exact on synthetic voices; without either the en-US
@@ -52,6 +57,9 @@ class CascadeOptions:
     input_rate_hz: int = INPUT_RATE_HZ
     output_rate_hz: int = OUTPUT_RATE_HZ
     unit_ms: int = 200
+    asr: str = "pocketsphinx"
+    whisper_model: str | None = None
+    whisper_partial_ms: int = 1000
     asr_pool_size: int = 4
     asr_wait_s: float = 5.0
     asr_chunk_ms: int = 1000
@@ -90,6 +98,7 @@ class CascadeOptions:
             "asr_partial_ms",
             "asr_trim_pad_ms",
             "speech_rate_wpm",
+            "whisper_partial_ms",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -102,6 +111,8 @@ class CascadeOptions:
             raise ValueError("cascade option llm_timeout_s must be positive")
         if self.output_rate_hz * self.unit_ms % 1000:
             raise ValueError("cascade option unit_ms must be a whole number of output samples")
+        if self.asr not in ASR_ENGINES:
+            raise ValueError(f"cascade option asr must be one of {', '.join(ASR_ENGINES)}")
         if self.tts not in TTS_ENGINES:
             raise ValueError(f"cascade option tts must be one of {', '.join(TTS_ENGINES)}")
         if self.turn_model not in TURN_MODELS:
