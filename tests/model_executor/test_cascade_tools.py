@@ -42,6 +42,8 @@ class ToolCallingChatDouble:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        # Say this first, then call the tool twice (for two places) instead of once.
+        self.preamble: str | None = None
         self.first_piece_sent = threading.Event()
         self.release = threading.Event()
         double = self
@@ -65,6 +67,13 @@ class ToolCallingChatDouble:
                     last = body["messages"][-1]
                     if last["role"] == "tool":
                         self._send({"content": f"The forecast: {last['content']}."})
+                    elif double.preamble is not None:
+                        self._send({"content": double.preamble})
+                        for index, place in enumerate(("Paris", "Rome")):
+                            arguments = json.dumps({"place": place})
+                            function = {"name": "check_weather", "arguments": arguments}
+                            call = {"index": index, "id": f"call_{place}", "function": function}
+                            self._send({"tool_calls": [call]})
                     else:
                         for k, piece in enumerate(PIECES):
                             call: dict[str, Any] = {"index": 0, "function": {"arguments": piece}}
@@ -191,3 +200,30 @@ async def test_a_cancel_mid_call_leaves_the_call_incomplete_and_out_of_history(
     assert [e.item["status"] for e in item_done] == ["incomplete"]
     assert refused[-1].code == "function_call_not_found"
     assert later[-1].response["status"] == "completed"
+
+
+async def test_a_response_may_speak_before_it_calls_and_carry_several_calls(
+    pipeline, backend
+) -> None:
+    backend.preamble = "Let me check."
+    async with DuplexOmni(pipeline) as omni:
+        handle = await omni.open_session(SESSION)
+        reader = Reader(handle)
+        _ask(handle, "What is the weather in Paris and Rome?")
+        events = await reader.until_type("response.done")
+        await handle.close()
+    output = events[-1].response["output"]
+    assert [item["type"] for item in output] == ["message", "function_call", "function_call"]
+    assert output[0]["content"][0]["transcript"] == "Let me check."
+    assert [(i["call_id"], json.loads(i["arguments"])) for i in output[1:]] == [
+        ("call_Paris", {"place": "Paris"}),
+        ("call_Rome", {"place": "Rome"}),
+    ]
+    added = [e for e in events if e.type == "response.output_item.added"]
+    assert [(e.output_index, e.item["type"]) for e in added] == [
+        (0, "message"),
+        (1, "function_call"),
+        (2, "function_call"),
+    ]
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert [(e.call_id, e.output_index) for e in done] == [("call_Paris", 1), ("call_Rome", 2)]

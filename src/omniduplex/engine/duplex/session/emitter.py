@@ -341,10 +341,11 @@ class SessionEmitter:
         stage_metrics: dict[str, Any],
     ) -> None:
         rid = response.response_id
-        calls = [_call_item(call) for call in response.calls.values()]
-        output = calls
+        items = [(call["output_index"], _call_item(call)) for call in response.calls.values()]
         if response.message_index is not None:
-            output = [self._message_done(response, status, transcript, shown_transcript), *calls]
+            message = self._message_done(response, status, transcript, shown_transcript)
+            items.append((response.message_index, message))
+        output = [item for _, item in sorted(items, key=lambda pair: pair[0])]
         details: dict[str, Any] | None = {"type": status}
         if status == "cancelled":
             # The detailed reason; the codec folds it into OpenAI's two cancel reasons and

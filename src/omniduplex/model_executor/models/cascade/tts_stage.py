@@ -81,6 +81,9 @@ class _Speech:
     buffer: str = ""
     sentences: deque[str] = field(default_factory=deque)
     passthrough: deque[dict[str, Any]] = field(default_factory=deque)
+    # Tool call pieces that came after speech not yet spoken: they wait for it, so the
+    # session sees "let me check" before the call, as it was said.
+    after_speech: deque[dict[str, Any]] = field(default_factory=deque)
     final: bool = False
     held: dict[str, Any] | None = None
     spoken_sentences: int = 0
@@ -148,6 +151,12 @@ class TtsStageModel(StageModel):
         elif kind in ("listen", "error"):
             speech.passthrough.append(data)
             speech.final = True
+        elif kind == "tool_call" and (speech.buffer or speech.sentences or speech.after_speech):
+            # A call ends what was being said: its last words are a sentence now.
+            sentences, speech.buffer = split_sentences(speech.buffer, final=True)
+            speech.sentences.extend(sentences)
+            speech.after_speech.append(data)
+            speech.final = speech.final or inputs.final
         else:
             speech.passthrough.append(data)
             speech.final = speech.final or inputs.final
@@ -164,7 +173,7 @@ class TtsStageModel(StageModel):
     # ---- readiness ----------------------------------------------------------------
 
     def _ready(self, speech: _Speech) -> bool:
-        return bool(speech.passthrough or speech.sentences or speech.final)
+        return bool(speech.passthrough or speech.sentences or speech.after_speech or speech.final)
 
     def ready_request_ids(self) -> list[str]:
         return [rid for rid, speech in self._speech.items() if self._ready(speech)]
@@ -200,6 +209,11 @@ class TtsStageModel(StageModel):
                 if speech.held is not None:
                     outputs.append(self.output(request_id, speech.held))
                 speech.held = unit
+        if speech.after_speech and not speech.sentences:
+            # What was said before the calls is out, but for its last unit, which stays
+            # held to carry the reply's end: now the calls.
+            while speech.after_speech:
+                outputs.append(self.output(request_id, speech.after_speech.popleft()))
         if speech.final and not speech.sentences:
             del self._speech[request_id]
             if speech.held is None:
