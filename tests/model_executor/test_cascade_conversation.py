@@ -9,10 +9,10 @@ few milliseconds).
 
 from __future__ import annotations
 
-import json
+import sys
 import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,9 @@ pytest.importorskip("espeakng_loader")
 
 from cascade_helpers import IN_RATE, Reader, silence, speak, write_deploy
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoints" / "openai"))
+from server_harness import ChatServerDouble
+
 from omniduplex.config.pipeline import load_deploy_config
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
 from omniduplex.model_executor.models.cascade.synthetic import say
@@ -33,44 +36,13 @@ REPLY = [f"Sentence {word}. " for word in ("one", "two", "three", "four", "five"
 COMPLETED = "conversation.item.input_audio_transcription.completed"
 
 
-class PacedChatBackendDouble:
+class PacedChatBackendDouble(ChatServerDouble):
     """Test double of ``/v1/chat/completions`` streaming ``REPLY`` one sentence per GAP_S."""
 
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        backend = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                backend.requests.append(body)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                try:
-                    for token in REPLY:
-                        chunk = {"choices": [{"index": 0, "delta": {"content": token}}]}
-                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                        self.wfile.flush()
-                        threading.Event().wait(GAP_S)
-                    self.wfile.write(b"data: [DONE]\n\n")
-                except OSError:
-                    pass  # the responder hung up: its response was cancelled
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def answer(self, body: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
+        for token in REPLY:
+            send({"content": token})
+            threading.Event().wait(GAP_S)
 
 
 @pytest.fixture(scope="module")

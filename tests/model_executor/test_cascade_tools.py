@@ -9,9 +9,10 @@ The endpoint is a test double of an OpenAI-compatible chat server.
 from __future__ import annotations
 
 import json
+import sys
 import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,9 @@ pytest.importorskip("pocketsphinx")
 pytest.importorskip("espeakng_loader")
 
 from cascade_helpers import Reader, write_deploy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoints" / "openai"))
+from server_harness import ChatServerDouble
 
 from omniduplex.config.pipeline import load_deploy_config
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
@@ -35,71 +39,43 @@ WEATHER = {
 PIECES = ['{"pla', 'ce": "Pa', 'ris"}']
 
 
-class ToolCallingChatDouble:
+class ToolCallingChatDouble(ChatServerDouble):
     """Test double of ``/v1/chat/completions``: a request whose last message is the
     user's streams one ``check_weather`` call in ``PIECES`` (after the first piece it
     waits for ``release``); a request after a tool output says what the tool said."""
 
     def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
+        super().__init__()
         # Say this first, then call the tool twice (for two places) instead of once.
         self.preamble: str | None = None
         self.first_piece_sent = threading.Event()
         self.release = threading.Event()
-        double = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, delta: dict[str, Any]) -> None:
-                chunk = {"choices": [{"index": 0, "delta": delta}]}
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                self.wfile.flush()
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                double.requests.append(body)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                try:
-                    last = body["messages"][-1]
-                    if last["role"] == "tool":
-                        self._send({"content": f"The forecast: {last['content']}."})
-                    elif double.preamble is not None:
-                        self._send({"content": double.preamble})
-                        for index, place in enumerate(("Paris", "Rome")):
-                            arguments = json.dumps({"place": place})
-                            function = {"name": "check_weather", "arguments": arguments}
-                            call = {"index": index, "id": f"call_{place}", "function": function}
-                            self._send({"tool_calls": [call]})
-                    else:
-                        for k, piece in enumerate(PIECES):
-                            call: dict[str, Any] = {"index": 0, "function": {"arguments": piece}}
-                            if k == 0:
-                                call.update(id="call_double_1", type="function")
-                                call["function"]["name"] = "check_weather"
-                            self._send({"tool_calls": [call]})
-                            if k == 0:
-                                double.first_piece_sent.set()
-                                double.release.wait(10)
-                    self.wfile.write(b"data: [DONE]\n\n")
-                except OSError:
-                    pass  # the responder hung up: its response was cancelled
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+    def answer(self, body: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            send({"content": f"The forecast: {last['content']}."})
+        elif self.preamble is not None:
+            send({"content": self.preamble})
+            for index, place in enumerate(("Paris", "Rome")):
+                function = {"name": "check_weather", "arguments": json.dumps({"place": place})}
+                send(
+                    {"tool_calls": [{"index": index, "id": f"call_{place}", "function": function}]}
+                )
+        else:
+            for k, piece in enumerate(PIECES):
+                call: dict[str, Any] = {"index": 0, "function": {"arguments": piece}}
+                if k == 0:
+                    call.update(id="call_double_1", type="function")
+                    call["function"]["name"] = "check_weather"
+                send({"tool_calls": [call]})
+                if k == 0:
+                    self.first_piece_sent.set()
+                    self.release.wait(10)
 
     def close(self) -> None:
         self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().close()
 
 
 @pytest.fixture

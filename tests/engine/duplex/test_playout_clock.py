@@ -24,7 +24,7 @@ def _units(count: int, unit_ms: int = 100) -> list[AudioUnit]:
 
 def _paced(lead_ms: int = 300) -> tuple[PlayoutClock, ManualClock]:
     clock = ManualClock()
-    playout = PlayoutClock(lead_ms=lead_ms, paced=True, clock=clock)
+    playout = PlayoutClock(clock)
     playout.begin("r1", paced=True, lead_ms=lead_ms)
     return playout, clock
 
@@ -92,12 +92,12 @@ def test_cut_drops_what_was_not_released_and_freezes_the_position() -> None:
 
 def test_unpaced_releases_everything_at_once_and_makes_no_estimate() -> None:
     clock = ManualClock()
-    playout = PlayoutClock(lead_ms=300, paced=False, clock=clock)
+    playout = PlayoutClock(clock)
     playout.begin("r1", paced=False, lead_ms=300)
     for unit in _units(60):
         playout.push(unit)
     assert len(playout.release()) == 60
-    assert not playout.estimates and playout.next_due() is None and not playout.playing
+    assert not playout.paced and playout.next_due() is None and not playout.playing
 
 
 def test_a_new_response_starts_from_nothing() -> None:

@@ -6,10 +6,13 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
@@ -137,3 +140,51 @@ class WireClient:
 async def wire(url: str, **kwargs: Any):
     async with connect(url, max_size=None, open_timeout=TIMEOUT_S, **kwargs) as ws:
         yield WireClient(ws)
+
+
+class ChatServerDouble(ABC):
+    """Test double of an OpenAI-compatible ``/v1/chat/completions`` on a free port: each
+    POST is recorded in ``requests`` and answered with the SSE deltas ``answer`` sends,
+    then ``[DONE]``. A client that hangs up (a cancelled response) ends the answer."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        double = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                double.requests.append(body)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+
+                def send(delta: dict[str, Any]) -> None:
+                    chunk = {"choices": [{"index": 0, "delta": delta}]}
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+
+                try:
+                    double.answer(body, send)
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except OSError:
+                    pass  # the responder hung up: its response was cancelled
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @abstractmethod
+    def answer(self, body: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
+        """Stream the answer to one request as chat deltas (``{"content": ...}``, ...)."""
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import re
 import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
-from server_harness import TIMEOUT_S, RunningServer, run_app
+from server_harness import TIMEOUT_S, ChatServerDouble, RunningServer, run_app
 
 from omniduplex.config.pipeline import load_deploy_config
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
@@ -37,43 +35,23 @@ CHAT = "/v1/chat/completions"
 TRANSCRIBE = "/v1/audio/transcriptions"
 
 
-class HeldChatBackendDouble:
+class HeldChatBackendDouble(ChatServerDouble):
     """Test double of ``/v1/chat/completions``: streams one token, then waits for
     ``release`` before it ends the answer."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.asked = threading.Event()
         self.release = threading.Event()
-        backend = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers["Content-Length"]))
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                chunk = {"choices": [{"index": 0, "delta": {"content": "Held. "}}]}
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                self.wfile.flush()
-                backend.asked.set()
-                backend.release.wait(TIMEOUT_S)
-                self.wfile.write(b"data: [DONE]\n\n")
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+    def answer(self, body: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
+        send({"content": "Held. "})
+        self.asked.set()
+        self.release.wait(TIMEOUT_S)
 
     def close(self) -> None:
         self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().close()
 
 
 @pytest.fixture

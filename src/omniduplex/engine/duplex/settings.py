@@ -32,11 +32,9 @@ _COMMIT_POLICIES = ("commit_all_on_done", "ack_only")
 #: ``realtime``: the engine releases a response's audio at real time plus the lead;
 #: ``none``: as fast as it is generated (offline uses).
 PACINGS = ("realtime", "none")
-# Keys we echo back as the client sent them (``tools`` and ``tool_choice`` once checked:
-# a model that ``supports_tools`` calls them).
+# Keys we echo back as the client sent them (``tools`` and ``tool_choice`` are echoed too,
+# once checked: a model that ``supports_tools`` calls them).
 _ECHOED = (
-    "tools",
-    "tool_choice",
     "metadata",
     "include",
     "prompt",
@@ -298,7 +296,7 @@ class SessionSettings:
         if payload.get("tool_choice") is not None:
             echoed["tool_choice"] = check_tool_choice(payload["tool_choice"])
         for key in _ECHOED:
-            if key in payload and key not in ("tools", "tool_choice"):
+            if key in payload:
                 echoed[key] = copy.deepcopy(payload[key])
         audio_in = audio.get("input") if isinstance(audio.get("input"), Mapping) else {}
         if "transcription" in audio_in:  # the GA spelling of input_audio_transcription

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ....protocol.duplex import events as ev
+from .state import function_call_item
 
 if TYPE_CHECKING:
     from .state import ActiveResponse, DuplexEngineSession
@@ -200,7 +201,7 @@ class SessionEmitter:
     def function_call_started(self, response: ActiveResponse, call: dict[str, Any]) -> None:
         """A function call item opens (``in_progress``) at its ``output_index``."""
         rid, index = response.response_id, call["output_index"]
-        item = _call_item(call)
+        item = function_call_item(call)
         self.emit(ev.ResponseOutputItemAdded(response_id=rid, output_index=index, item=item))
         previous = self.session.items.last_item_id
         self.emit(ev.ConversationItemAdded(previous_item_id=previous, item=item))
@@ -221,7 +222,7 @@ class SessionEmitter:
 
     def function_call_done(self, response: ActiveResponse, call: dict[str, Any]) -> None:
         """The call item ends: ``completed`` (its arguments are whole) or ``incomplete``."""
-        rid, index, item = response.response_id, call["output_index"], _call_item(call)
+        rid, index, item = response.response_id, call["output_index"], function_call_item(call)
         if call["status"] == "completed":
             self.emit(
                 ev.ResponseFunctionCallArgumentsDone(
@@ -341,7 +342,8 @@ class SessionEmitter:
         stage_metrics: dict[str, Any],
     ) -> None:
         rid = response.response_id
-        items = [(call["output_index"], _call_item(call)) for call in response.calls.values()]
+        calls = response.calls.values()
+        items = [(call["output_index"], function_call_item(call)) for call in calls]
         if response.message_index is not None:
             message = self._message_done(response, status, transcript, shown_transcript)
             items.append((response.message_index, message))
@@ -419,16 +421,3 @@ class SessionEmitter:
 
 def _message_index(response: ActiveResponse) -> int:
     return response.message_index if response.message_index is not None else 0
-
-
-def _call_item(call: dict[str, Any]) -> dict[str, Any]:
-    """A function call as a Realtime item."""
-    return {
-        "id": call["id"],
-        "object": "realtime.item",
-        "type": "function_call",
-        "status": call["status"],
-        "call_id": call["call_id"],
-        "name": call["name"],
-        "arguments": call["arguments"],
-    }

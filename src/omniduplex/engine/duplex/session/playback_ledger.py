@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from .state import DuplexEngineSession
 
 
-def _resolve(session: DuplexEngineSession, command: cmd.AckPlayback) -> tuple[str, str] | None:
+def resolve_ack(session: DuplexEngineSession, command: cmd.AckPlayback) -> tuple[str, str] | None:
+    """The (response id, item id) an ack names: by either, else the current or last one."""
     response_id = command.response_id
     item_id = command.item_id
     if response_id is None and item_id is not None and item_id.startswith("item_"):
@@ -33,7 +34,7 @@ def _resolve(session: DuplexEngineSession, command: cmd.AckPlayback) -> tuple[st
 def apply_playback_ack(
     session: DuplexEngineSession, out: SessionEmitter, command: cmd.AckPlayback
 ) -> None:
-    resolved = _resolve(session, command)
+    resolved = resolve_ack(session, command)
     if resolved is None:
         out.error(
             "playback_item_not_found", "No response to acknowledge", event_id=command.event_id
@@ -81,18 +82,11 @@ def _commit_history(
     session: DuplexEngineSession, item_id: str, committed_ms: int, *, hard: bool
 ) -> bool:
     """Rewrite the stored assistant item to the acknowledged prefix of its transcript."""
-    stored = session.items.get(item_id)
-    if stored is None:
+    if session.items.get(item_id) is None:
         return False  # still streaming: the item is stored when the response ends
     if session.settings.playback_commit_policy != "ack_only" and not hard:
         return True
-    heard = truncate_transcript(
-        stored.full_transcript, committed_ms, stored.audio_duration_ms, stored.marks
-    )
-    for part in stored.item.get("content", []):
-        if part.get("type") == "output_audio":
-            part["transcript"] = heard
-    return True
+    return truncate_stored_item(session, item_id, committed_ms)
 
 
 def truncate_item(

@@ -14,8 +14,8 @@ released. ``acknowledge`` re-anchors it to what the client says it played (one b
 its jitter buffer moves it back; a claim beyond what was released is clamped); ``cut``
 freezes it where the playout was stopped and drops what was never released.
 
-Unpaced (``paced=False``) every unit is released at once and the clock makes no
-estimate (``estimates`` is False): what was played is what the client acknowledged, as
+Unpaced (``paced=False``, each response's ``begin`` says) every unit is released at once
+and the clock makes no estimate: what was played is what the client acknowledged, as
 before pacing existed.
 
 Pure bookkeeping over an injected monotonic clock (seconds); the session runner owns the
@@ -42,9 +42,9 @@ class AudioUnit:
 class PlayoutClock:
     """Pacing and the played position of the session's current response."""
 
-    def __init__(self, *, lead_ms: int, paced: bool, clock: Callable[[], float]) -> None:
-        self.lead_ms = lead_ms
-        self.paced = paced
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.lead_ms = 0
+        self.paced = False  # set per response by ``begin``
         self._clock = clock
         self.response_id: str | None = None
         self._pending: deque[AudioUnit] = deque()
@@ -63,11 +63,6 @@ class PlayoutClock:
         self.released_ms = 0
         self._anchor = None
         self._cut_at_ms = None
-
-    @property
-    def estimates(self) -> bool:
-        """The clock knows the played position (the session is paced)."""
-        return self.paced
 
     @property
     def started(self) -> bool:

@@ -44,9 +44,21 @@ from ..settings import check_tool_choice, check_tools
 from .context import Responses, SessionContext, StageOutputItem
 from .history import StoredItem
 from .lease import LeaseActivity
-from .playback_ledger import apply_playback_ack, truncate_item, truncate_stored_item
+from .playback_ledger import (
+    apply_playback_ack,
+    resolve_ack,
+    truncate_item,
+    truncate_stored_item,
+)
 from .playout import AudioUnit
-from .state import ActiveResponse, PlaybackCursor, TurnStep, new_item_id, new_response_id
+from .state import (
+    ActiveResponse,
+    PlaybackCursor,
+    TurnStep,
+    function_call_item,
+    new_item_id,
+    new_response_id,
+)
 
 # Cancel reasons that came from the server's own turn detection rather than the client.
 _SERVER_DETECTED = frozenset({"turn_detected"})
@@ -300,15 +312,7 @@ class ResponseFlow(Responses):
         if result.done:
             call["status"] = "completed"
             self.out.function_call_done(response, call)
-            item = {
-                "id": call["id"],
-                "object": "realtime.item",
-                "type": "function_call",
-                "status": "completed",
-                "call_id": call["call_id"],
-                "name": call["name"],
-                "arguments": call["arguments"],
-            }
+            item = function_call_item(call)
             self.session.items.add(StoredItem(item=item, response_id=response.response_id))
 
     def _on_audio(self, response: ActiveResponse, result: ModelAudio) -> None:
@@ -620,7 +624,8 @@ class ResponseFlow(Responses):
         except Exception:
             return
         playout = self.playout
-        if playout.estimates and _acks_response(command, playout.response_id):
+        resolved = resolve_ack(self.session, command)
+        if playout.paced and resolved is not None and resolved[0] == playout.response_id:
             # The client's word corrects the clock; it cannot have played what never left.
             taken = playout.acknowledge(command.played_ms)
             committed = command.committed_ms
@@ -653,7 +658,7 @@ class ResponseFlow(Responses):
         if (
             response is not None
             and command.item_id == response.item_id
-            and self.playout.estimates
+            and self.playout.paced
             and self.playout.started
         ):
             # The client stopped playing the response still going out at audio_end_ms:
@@ -665,17 +670,6 @@ class ResponseFlow(Responses):
 
 
 _EMPTY = np.zeros(0, dtype=np.float32)
-
-
-def _acks_response(command: cmd.AckPlayback, response_id: str | None) -> bool:
-    """``command`` acknowledges ``response_id`` (named, by its item, or by default)."""
-    if response_id is None:
-        return False
-    if command.response_id is not None:
-        return command.response_id == response_id
-    if command.item_id is not None:
-        return command.item_id == f"item_{response_id}"
-    return True
 
 
 def _string_metadata(raw: Any) -> dict[str, str] | None:

@@ -84,11 +84,8 @@ class DuplexSessionRunner:
         self._stage = StageRequests(session, session_stages)
         self._input_tail = InputTail(session, self.out)
         self._admission = Admission(session, limits)
-        settings = session.settings
         # Real time, whatever clock the lease uses: the playout follows the wall.
-        self.playout = PlayoutClock(
-            lead_ms=settings.output_audio_lead_ms, paced=settings.paced, clock=time.monotonic
-        )
+        self.playout = PlayoutClock(time.monotonic)
         self._playout_timer: asyncio.TimerHandle | None = None
         ctx = SessionContext(
             session=session,

@@ -110,6 +110,19 @@ def new_response_id() -> str:
     return "resp_" + os.urandom(12).hex()
 
 
+def function_call_item(call: dict[str, Any]) -> dict[str, Any]:
+    """A response's function call (``ActiveResponse.calls``) as a Realtime item."""
+    return {
+        "id": call["id"],
+        "object": "realtime.item",
+        "type": "function_call",
+        "status": call["status"],
+        "call_id": call["call_id"],
+        "name": call["name"],
+        "arguments": call["arguments"],
+    }
+
+
 @dataclass(slots=True)
 class PlaybackCursor:
     """How much of one response's audio was generated, sent, played and committed (ms)."""

@@ -40,7 +40,7 @@ from omniduplex.engine.stage.tasks import TRANSCRIPTION
 
 from .options import CascadeOptions
 from .vad import SILERO_FRAME_SAMPLES, SileroClassifier
-from .whisper_asr import build_whisper_decoder, whisper_available
+from .whisper_asr import WhisperUtterance, load_whisper_model, whisper_available
 
 log = logging.getLogger(__name__)
 
@@ -194,9 +194,9 @@ class AsrStageModel(StageModel):
         grammar = self.options.asr_grammar
         if grammar is None and self.options.asr_sentences:
             grammar = jsgf_for_sentences(self.options.asr_sentences)
-        self.pool = DecoderPool(
-            self.options.asr_pool_size, grammar=grammar, build=self._other_engine()
-        )
+        whisper = self._whisper_decoders()
+        self.engine = "pocketsphinx" if whisper is None else "whisper"  # the one that runs
+        self.pool = DecoderPool(self.options.asr_pool_size, grammar=grammar, build=whisper)
         # Building a decoder takes about 0.3 s: do one now, not on the first user's turn.
         self.pool.release(self.pool.try_acquire())
         self._clock = clock
@@ -207,23 +207,17 @@ class AsrStageModel(StageModel):
         self._pad = self.options.input_rate_hz * self.options.asr_trim_pad_ms // 1000
         self._vad = SileroClassifier() if self.options.asr_trim_silence else None
 
-    def _other_engine(self) -> Callable[[], Any] | None:
-        """Whisper's decoder factory when ``asr: whisper`` can run here (else None:
-        pocketsphinx, with one warning if Whisper was asked for)."""
+    def _whisper_decoders(self) -> Callable[[], Any] | None:
+        """Whisper's decoder factory, over one model, when ``asr: whisper`` can run here
+        (else None: pocketsphinx, with one warning if Whisper was asked for)."""
         options = self.options
         if options.asr != "whisper":
             return None
         if not whisper_available():
             log.warning("asr: whisper needs the whisper extra; using pocketsphinx instead")
             return None
-        return functools.partial(
-            build_whisper_decoder, options.whisper_model, partial_ms=options.whisper_partial_ms
-        )
-
-    @property
-    def engine(self) -> str:
-        """The recogniser that runs: ``whisper`` or ``pocketsphinx``."""
-        return "pocketsphinx" if self.pool._build_other is None else "whisper"
+        model = load_whisper_model(options.whisper_model)
+        return functools.partial(WhisperUtterance, model, partial_ms=options.whisper_partial_ms)
 
     # ---- requests -----------------------------------------------------------------
 

