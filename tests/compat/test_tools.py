@@ -1,4 +1,4 @@
-"""Function calling through the real client libraries, on the shipped ``cascade``.
+"""Function calling through the real client libraries, on the shipped ``cascade-rules``.
 
 The cascade's rule responder calls a declared tool when every word of its name is among
 the user's words (``check_weather`` for "Check the weather in Paris please.") and, asked
@@ -47,7 +47,7 @@ ADAPTERS = {
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[RunningServer]:
-    with run_server("cascade") as running:
+    with run_server("cascade-rules") as running:
         yield running
 
 
@@ -130,12 +130,12 @@ def _check_flow(steps: dict[str, Any]) -> None:
 async def test_the_openai_sdk_calls_a_tool_and_hears_the_answer(server, dialect) -> None:
     if dialect == "ga":
         client = AsyncOpenAI(api_key="unused", base_url=server.http_url + "/v1")
-        connection = client.realtime.connect(model="cascade")
+        connection = client.realtime.connect(model="cascade-rules")
         tools = {"type": "realtime", "tools": [WEATHER], "tool_choice": "auto"}
     else:
         base = server.ws_url.rsplit("/", 1)[0]
         client = AsyncOpenAI(api_key="unused", websocket_base_url=base)
-        connection = client.beta.realtime.connect(model="cascade")
+        connection = client.beta.realtime.connect(model="cascade-rules")
         tools = {"tools": [WEATHER], "tool_choice": "auto"}
     async with connection as conn:
         wire = Wire(conn, dialect)
@@ -145,7 +145,7 @@ async def test_the_openai_sdk_calls_a_tool_and_hears_the_answer(server, dialect)
 
 async def test_a_function_call_output_for_an_unknown_call_is_refused(server) -> None:
     client = AsyncOpenAI(api_key="unused", base_url=server.http_url + "/v1")
-    async with client.realtime.connect(model="cascade") as conn:
+    async with client.realtime.connect(model="cascade-rules") as conn:
         wire = Wire(conn, "ga")
         await wire.until("session.created")
         await conn.conversation.item.create(
@@ -159,7 +159,7 @@ async def test_a_function_call_output_for_an_unknown_call_is_refused(server) -> 
 async def test_a_malformed_tool_is_refused_alone(server) -> None:
     client = AsyncOpenAI(api_key="unused", base_url=server.http_url + "/v1")
     bad = {**WEATHER, "name": "no spaces allowed"}
-    async with client.realtime.connect(model="cascade") as conn:
+    async with client.realtime.connect(model="cascade-rules") as conn:
         wire = Wire(conn, "ga")
         await wire.until("session.created")
         update = {"type": "realtime", "tools": [WEATHER, bad], "instructions": "Be brief."}
@@ -184,7 +184,7 @@ async def test_an_agents_sdk_function_tool_runs_and_the_agent_speaks_its_result(
     )
     runner = RealtimeRunner(agent)
     session = await runner.run(
-        model_config={"url": f"{server.ws_url}?model=cascade", "api_key": "unused"}
+        model_config={"url": f"{server.ws_url}?model=cascade-rules", "api_key": "unused"}
     )
     errors: list[Any] = []
     spoken: list[str] = []
@@ -221,7 +221,7 @@ async def test_a_livekit_function_tool_runs_and_the_model_speaks_its_result(serv
         return FORECAST
 
     model = lk_openai.realtime.RealtimeModel(
-        base_url=server.http_url + "/v1", api_key="unused", model="cascade"
+        base_url=server.http_url + "/v1", api_key="unused", model="cascade-rules"
     )
     session = model.session()
     errors: list[Any] = []
@@ -285,7 +285,7 @@ async def test_a_pipecat_registered_function_runs_and_the_answer_speaks_its_resu
         await params.result_callback({"forecast": FORECAST})
 
     settings = OpenAIRealtimeLLMService.Settings(
-        model="cascade", system_instruction="Answer briefly."
+        model="cascade-rules", system_instruction="Answer briefly."
     )
     llm = OpenAIRealtimeLLMService(api_key="unused", base_url=server.ws_url, settings=settings)
     llm.register_function("check_weather", check_weather)

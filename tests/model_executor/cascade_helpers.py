@@ -1,5 +1,6 @@
-"""The cascade deployment the cascade tests run: a grammar of expected sentences (exact
-recognition of espeak speech) and a pinned clock for the built-in responder."""
+"""The cascade deployment the cascade tests run: ``cascade-rules`` with a grammar of
+expected sentences (exact recognition of espeak speech) and a pinned clock for the rule
+responder."""
 
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ SERVER_VAD = {
 
 
 def write_deploy(folder: Path, **overrides: Any) -> Path:
-    """``cascade.yaml`` with the test grammar and clock (and ``overrides``) in ``folder``."""
-    raw = yaml.safe_load((DEPLOY_DIR / "cascade.yaml").read_text())
+    """``cascade-rules.yaml`` with the test grammar and clock (and ``overrides``) in ``folder``."""
+    raw = yaml.safe_load((DEPLOY_DIR / "cascade-rules.yaml").read_text())
     kwargs = raw["stages"][0]["model"]["kwargs"]
     kwargs.update({"asr_sentences": SENTENCES, "responder_now": NOW, **overrides})
     for stage in raw["stages"]:

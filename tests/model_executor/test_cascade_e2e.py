@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoints" / "op
 from cascade_helpers import SERVER_VAD, write_deploy
 from server_harness import TIMEOUT_S, run_server, wire
 
+from omniduplex.model_executor.models.cascade.options import CascadeOptions
 from omniduplex.model_executor.models.cascade.synthetic import (
     noise,
     pcm16,
@@ -341,7 +342,7 @@ async def test_a_bare_response_create_makes_the_assistant_speak_first(server) ->
     assert transcript == "Is there anything else I can help you with?"
 
 
-async def test_speaking_first_with_an_llm_sends_only_the_instructions(llm_server) -> None:
+async def test_speaking_first_with_an_llm_sends_its_prompt_and_the_instructions(llm_server) -> None:
     server, backend = llm_server
     async with wire(server.ws_url + "?model=cascade") as client:
         assert (await client.recv())["type"] == "session.created"
@@ -351,4 +352,7 @@ async def test_speaking_first_with_an_llm_sends_only_the_instructions(llm_server
         await client.send({"type": "response.create"})
         events = await client.until("response.done")
     assert events[-1]["response"]["status"] == "completed"
-    assert backend.requests[-1]["body"]["messages"] == [{"role": "system", "content": instructions}]
+    # The deployment's spoken-style prompt first, then the session's instructions.
+    spoken_style = CascadeOptions().system_prompt
+    system = {"role": "system", "content": f"{spoken_style} {instructions}"}
+    assert backend.requests[-1]["body"]["messages"] == [system]

@@ -24,8 +24,8 @@ from omniduplex.model_executor.models.cascade.plugin import (
 )
 from omniduplex.model_executor.models.cascade.responder import (
     NOT_UNDERSTOOD,
-    BuiltinResponder,
     ResponderStageModel,
+    RuleResponder,
     chat_messages,
 )
 from omniduplex.model_executor.models.cascade.synthetic import noise, rms, say
@@ -245,9 +245,9 @@ def test_a_live_utterance_waits_for_a_decoder_and_fails_only_after_its_end() -> 
 # ---- responder -----------------------------------------------------------------------
 
 
-def test_builtin_responder_answers_time_date_and_repeats_what_it_heard() -> None:
+def test_the_rule_responder_answers_time_date_and_repeats_what_it_heard() -> None:
     fixed = dt.datetime(2026, 1, 2, 15, 4)
-    responder = BuiltinResponder(now=lambda: fixed)
+    responder = RuleResponder(now=lambda: fixed)
     assert responder.reply("what time is it") == "It is 3:04 PM."
     assert responder.reply("what day is it") == "Today is Friday, January 2, 2026."
     assert responder.reply("hello") == "Hello! How can I help you?"

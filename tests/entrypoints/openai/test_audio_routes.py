@@ -34,7 +34,14 @@ from omniduplex.model_executor.models.cascade.synthetic import pcm16, rms, say
 
 SENTENCES = ["what time is it", "what day is it", "hello", "thank you"]
 NOW = "2026-01-02T15:04:00"
-OVERRIDES = {"asr_sentences": SENTENCES, "responder_now": NOW}
+# cascade-turn is the real assistant turn-based; these tests want its deterministic parts.
+OVERRIDES = {
+    "asr": "pocketsphinx",
+    "responder": "rules",
+    "tts": "espeak",
+    "asr_sentences": SENTENCES,
+    "responder_now": NOW,
+}
 
 
 def with_sentences(pipeline: PipelineConfig) -> PipelineConfig:
@@ -204,7 +211,7 @@ def test_chat_completions_audio_in_and_out_on_the_turn_cascade(turn_server) -> N
 
 
 def test_the_duplex_cascade_serves_them_too_and_other_models_do_not(tmp_path: Path) -> None:
-    raw = yaml.safe_load((DEPLOY_DIR / "cascade.yaml").read_text())
+    raw = yaml.safe_load((DEPLOY_DIR / "cascade-rules.yaml").read_text())
     kwargs = {**raw["stages"][0]["model"]["kwargs"], **OVERRIDES}
     for stage in raw["stages"]:
         stage["model"]["kwargs"] = kwargs

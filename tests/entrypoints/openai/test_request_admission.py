@@ -63,7 +63,7 @@ def backend() -> Iterator[HeldChatBackendDouble]:
 
 @pytest.fixture
 def server(backend: HeldChatBackendDouble) -> Iterator[RunningServer]:
-    pipeline = load_deploy_config("cascade")
+    pipeline = load_deploy_config("cascade-rules")
     kwargs = {
         **pipeline.stages[0].model.kwargs,
         "responder": "openai",
@@ -76,14 +76,14 @@ def server(backend: HeldChatBackendDouble) -> Iterator[RunningServer]:
         for s in pipeline.stages
     )
     pipeline = dataclasses.replace(pipeline, stages=stages, max_requests=1)
-    app = build_app(DuplexOmni(pipeline), model_name="cascade")
+    app = build_app(DuplexOmni(pipeline), model_name="cascade-rules")
     with run_app(app) as running:
         yield running
 
 
 def _chat_body() -> dict[str, Any]:
     return {
-        "model": "cascade",
+        "model": "cascade-rules",
         "modalities": ["text"],
         "messages": [{"role": "user", "content": "Hello."}],
     }
@@ -94,7 +94,7 @@ def _transcription(http: httpx.AsyncClient) -> Any:
     return http.post(
         TRANSCRIBE,
         files={"file": ("hello.wav", wav, "audio/wav")},
-        data={"model": "cascade"},
+        data={"model": "cascade-rules"},
     )
 
 

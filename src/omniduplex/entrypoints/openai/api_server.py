@@ -136,12 +136,18 @@ def build_app(
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {"id": model_name, "object": "model", "created": created, "owned_by": "omniduplex"}
-            ],
+        entry: dict[str, Any] = {
+            "id": model_name,
+            "object": "model",
+            "created": created,
+            "owned_by": "omniduplex",
         }
+        loaded = chat.model()
+        if loaded is not None and loaded.capabilities.extra:
+            # What the model says of itself: for the cascade, the engines that run and
+            # any that fell back.
+            entry["metadata"] = dict(loaded.capabilities.extra)
+        return {"object": "list", "data": [entry]}
 
     chat = DuplexChatCompletionsAdapter(turn_responder(omni, plugin), model_name=model_name)
     app.state.chat_completions = chat

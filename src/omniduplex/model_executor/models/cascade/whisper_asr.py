@@ -16,20 +16,15 @@ final transcript decodes it all. A grammar does not apply: Whisper hears free sp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 SAMPLE_RATE_HZ = 16_000
-
-
-def whisper_available() -> bool:
-    try:
-        import faster_whisper  # noqa: F401
-    except ImportError:
-        return False
-    return True
+FRAME_SAMPLES = 512  # Silero's frame
+SPEECH_THRESHOLD = 0.5
 
 
 def default_model_dir() -> str:
@@ -55,32 +50,69 @@ class Hypothesis:
 
 
 class WhisperUtterance:
-    """One utterance at a time over a shared Whisper model (see the module docstring)."""
+    """One utterance at a time over a shared Whisper model (see the module docstring).
 
-    def __init__(self, model: Any, *, partial_ms: int = 1000) -> None:
+    ``speech_probability`` (Silero's, one 32 ms frame at a time) finds pauses: once
+    ``pause_ms`` of quiet follow speech not yet decoded, the next ``hyp()`` decodes, and at
+    the end of the utterance, if nothing but quiet came since, that decode is the final
+    transcript. A user who stops speaking is thus decoded during the server VAD's silence,
+    not after it.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        partial_ms: int = 1000,
+        speech_probability: Callable[[np.ndarray], float] | None = None,
+        reset_speech: Callable[[], None] | None = None,
+        pause_ms: int = 200,
+    ) -> None:
         self.model = model
         self.partial_samples = SAMPLE_RATE_HZ * partial_ms // 1000
+        self.pause_samples = SAMPLE_RATE_HZ * pause_ms // 1000
+        self._probability = speech_probability
+        self._reset_speech = reset_speech
+        self.decodes = 0
+        self.start_utt()
+
+    def start_utt(self) -> None:
         self._chunks: list[np.ndarray] = []
         self._samples = 0
         self._decoded_at = 0
         self._text = ""
         self._ended = False
-
-    def start_utt(self) -> None:
-        self._chunks, self._samples, self._decoded_at = [], 0, 0
-        self._text, self._ended = "", False
+        self._unframed = np.zeros(0, np.float32)
+        self._quiet_run = 0  # samples of quiet at the end of what came
+        self._speech_undecoded = self._probability is None  # unknown: assume speech
+        if self._reset_speech is not None:
+            self._reset_speech()
 
     def process_raw(self, pcm: bytes, no_search: bool = False, full_utt: bool = False) -> None:
         samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
         self._chunks.append(samples)
         self._samples += samples.size
+        if self._probability is None:
+            return
+        frames = np.concatenate([self._unframed, samples])
+        whole = frames.size // FRAME_SAMPLES * FRAME_SAMPLES
+        for start in range(0, whole, FRAME_SAMPLES):
+            if self._probability(frames[start : start + FRAME_SAMPLES]) >= SPEECH_THRESHOLD:
+                self._quiet_run = 0
+                self._speech_undecoded = True
+            else:
+                self._quiet_run += FRAME_SAMPLES
+        self._unframed = frames[whole:]
 
     def end_utt(self) -> None:
         self._ended = True
 
     def hyp(self) -> Hypothesis | None:
-        due = self._samples - self._decoded_at >= self.partial_samples
-        if self._samples and (due or (self._ended and self._decoded_at < self._samples)):
+        undecoded = self._samples - self._decoded_at
+        due = undecoded >= self.partial_samples
+        paused = self._speech_undecoded and self._quiet_run >= self.pause_samples
+        final = self._ended and undecoded > 0 and (self._speech_undecoded or not self.decodes)
+        if self._samples and (due or paused or final):
             self._decode()
         return Hypothesis(self._text) if self._text else None
 
@@ -96,3 +128,5 @@ class WhisperUtterance:
         )
         self._text = " ".join(segment.text.strip() for segment in segments).strip()
         self._decoded_at = self._samples
+        self._speech_undecoded = self._probability is None
+        self.decodes += 1
