@@ -1,7 +1,7 @@
 """Cascade latency benchmark: end of speech -> first reply audio, split by stage.
 
-A real server runs the ``cascade`` deployment (ASR restricted to the benchmark's
-sentences, built-in responder). One session speaks ~20 utterances made by espeak-ng,
+A real server runs the ``cascade-rules`` deployment (ASR restricted to the benchmark's
+sentences, rule responder). One session speaks ~20 utterances made by espeak-ng,
 paced in real time (32 ms appends), with OpenAI's server_vad. Per utterance, client-side:
 
 - ``vad_delay``: last speech sample sent -> ``speech_stopped`` (includes the configured
@@ -9,7 +9,7 @@ paced in real time (32 ms appends), with OpenAI's server_vad. Per utterance, cli
 - ``asr_final``: ``speech_stopped`` -> the user transcript event (commit, what is left
   to decode, the transcript's pass through the responder and TTS stages);
 - ``reply_tts``: transcript -> first ``output_audio.delta`` (the reply's first sentence
-  synthesised + encoding; the built-in responder answers within the transcript's step);
+  synthesised + encoding; the rule responder answers within the transcript's step);
 - ``total``: last speech sample -> first reply audio byte;
 - ``first_partial``: first speech sample -> first ``input_audio_transcription.delta``
   (words heard while the user still speaks), and how many deltas came before
@@ -116,7 +116,7 @@ TTS = "espeak"  # --tts piper: the neural voice (the piper extra)
 
 
 def write_deploy(folder: Path, **overrides: Any) -> Path:
-    raw = yaml.safe_load((DEPLOY_DIR / "cascade.yaml").read_text())
+    raw = yaml.safe_load((DEPLOY_DIR / "cascade-rules.yaml").read_text())
     kwargs = raw["stages"][0]["model"]["kwargs"]
     kwargs.update({"asr_sentences": None if FREE_ASR else SENTENCES, "tts": TTS, **overrides})
     for stage in raw["stages"]:

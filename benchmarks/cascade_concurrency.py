@@ -1,6 +1,6 @@
 """Cascade concurrency: how many conversations one server process sustains.
 
-One ``omniduplex serve`` process (a subprocess) runs the ``cascade`` deployment as
+One ``omniduplex serve`` process (a subprocess) runs the ``cascade-rules`` deployment as
 shipped except that, as in ``benchmarks/cascade.py``, the ASR is restricted to the
 benchmark's sentences (``--free-asr`` uses the en-US language model instead). The client
 (this process) ramps 1, 2, 4, 8, 16 concurrent Realtime sessions, then 24, 32, 48, 64
@@ -76,7 +76,7 @@ def free_port() -> int:
 
 
 def write_deploy(folder: Path, free_asr: bool) -> Path:
-    raw = yaml.safe_load((DEPLOY_DIR / "cascade.yaml").read_text())
+    raw = yaml.safe_load((DEPLOY_DIR / "cascade-rules.yaml").read_text())
     kwargs = raw["stages"][0]["model"]["kwargs"]
     kwargs["asr_sentences"] = None if free_asr else SENTENCES
     for stage in raw["stages"]:

@@ -1,6 +1,6 @@
 """Talking over the assistant on a paced server (issue 14's measurements).
 
-The ``cascade`` deployment (ASR restricted to the benchmark's sentences, built-in
+The ``cascade-rules`` deployment (ASR restricted to the benchmark's sentences, built-in
 responder, espeak-ng voice) is served by ``omniduplex serve`` in a subprocess, twice:
 paced (the default playout clock, ``output_audio_lead_ms`` 300) and unpaced
 (``output_audio_pacing: none``, the baseline: a server that sends audio as fast as it
@@ -68,7 +68,7 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 def write_deploy(folder: Path, sentences: list[str] | None = None) -> Path:
     """The cascade with its ASR restricted to ``sentences`` (exact on espeak speech)."""
-    raw = yaml.safe_load((DEPLOY_DIR / "cascade.yaml").read_text())
+    raw = yaml.safe_load((DEPLOY_DIR / "cascade-rules.yaml").read_text())
     kwargs = raw["stages"][0]["model"]["kwargs"]
     kwargs["asr_sentences"] = sentences or SENTENCES
     for stage in raw["stages"]:

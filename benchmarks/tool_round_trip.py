@@ -1,6 +1,6 @@
 """Tool round trip on the cascade with the built-in (rule) responder, over the wire.
 
-``omniduplex serve`` runs the ``cascade`` deployment (ASR restricted to the benchmark's
+``omniduplex serve`` runs the ``cascade-rules`` deployment (ASR restricted to the benchmark's
 sentences) in a subprocess. One client, server VAD, declares ``check_weather`` and asks
 "Check the weather please." ``--rounds`` times, spoken in real time. Per round,
 client-side:
