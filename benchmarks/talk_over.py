@@ -1,6 +1,6 @@
 """Talking over the assistant on a paced server (issue 14's measurements).
 
-The ``cascade-rules`` deployment (ASR restricted to the benchmark's sentences, built-in
+The ``cascade-rules`` deployment (ASR restricted to the benchmark's sentences, rule
 responder, espeak-ng voice) is served by ``omniduplex serve`` in a subprocess, twice:
 paced (the default playout clock, ``output_audio_lead_ms`` 300) and unpaced
 (``output_audio_pacing: none``, the baseline: a server that sends audio as fast as it

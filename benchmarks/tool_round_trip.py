@@ -1,4 +1,4 @@
-"""Tool round trip on the cascade with the built-in (rule) responder, over the wire.
+"""Tool round trip on the cascade with the rule responder, over the wire.
 
 ``omniduplex serve`` runs the ``cascade-rules`` deployment (ASR restricted to the benchmark's
 sentences) in a subprocess. One client, server VAD, declares ``check_weather`` and asks

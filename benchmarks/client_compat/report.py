@@ -29,7 +29,7 @@ COLUMNS = (
     "close",
 )
 
-# What the driver speaks: a question whose answer (on the cascade's built-in responder)
+# What the driver speaks: a question whose answer (on the cascade's rule responder, and the local model's clock answer)
 # is a whole sentence, long enough to interrupt while it plays.
 QUESTION = "What is the date today?"
 

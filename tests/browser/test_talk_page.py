@@ -11,8 +11,11 @@ Second loop, on the resumed session: the request's reply is cut by "wait a momen
 itself (server VAD barge-in), then answered. Everything is observed through the page's
 own state on ``window.omniduplex``; a screenshot of the end goes to docs/screenshot.png.
 
-The default model, ``cascade`` (VAD + ASR + TTS), is used when its deploy file and
-packages are there (then the user's words must appear); otherwise ``loopback``.
+The deterministic cascade, ``cascade-rules`` (VAD + pocketsphinx + rules + espeak-ng),
+is used when its packages are there (then the user's words must appear); otherwise
+``loopback``. Its short, fixed answers fit the 9.5 s loop; the default ``cascade``'s
+language model may talk for twenty seconds (``tests/model_executor/test_cascade_assistant.py``
+holds its conversations).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ def pick_deployment(folder: Path) -> tuple[str, bool]:
     forced = os.environ.get("OMNIDUPLEX_BROWSER_DEPLOY")
     if forced:
         return forced, forced.startswith("cascade")
-    shipped = DEPLOY_DIR / "cascade.yaml"
+    shipped = DEPLOY_DIR / "cascade-rules.yaml"
     if not shipped.exists() or not all(importlib.util.find_spec(m) for m in CASCADE_MODULES):
         return "loopback", False
     raw = yaml.safe_load(shipped.read_text())
