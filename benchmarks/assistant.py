@@ -21,7 +21,8 @@ time (32 ms appends) with OpenAI's server_vad (500 ms of silence ends a turn).
   benchmark's questions (in a child process, as the server runs it).
 
 Run: ``python benchmarks/assistant.py [--levels 1,4,8]``; prints a table and writes
-``benchmarks/results/assistant.json`` and ``assistant.png``. Takes about 10 minutes.
+``benchmarks/results/assistant.json`` and ``assistant.png`` (with matplotlib, the ``bench``
+extra; ``--replot`` redraws it from the JSON). Takes about 7 minutes.
 """
 
 from __future__ import annotations
@@ -332,6 +333,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
             values = [row[stat] for row in run["levels"] if "p50_ms" in row]
             axis.plot(levels, values, style, label=f"{run['deployment']} {stat[:3]}")
     axis.axhline(TARGET_MS, color="grey", linewidth=0.8, label="target (1 conversation)")
+    axis.set_yscale("log")
     axis.set_xlabel("concurrent conversations")
     axis.set_ylabel("end of speech -> first reply audio (ms)")
     axis.set_title("embedded assistant vs the rule cascade (2 CPU cores)")
@@ -365,7 +367,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,4,8")
     parser.add_argument("--samples", type=int, default=8, help="turns per level, at least")
+    parser.add_argument("--replot", action="store_true", help="only redraw the saved run")
     args = parser.parse_args()
+    if args.replot:
+        plot(json.loads((RESULTS / "assistant.json").read_text()), RESULTS / "assistant.png")
+        return
     result = asyncio.run(main_async(args))
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "assistant.json").write_text(json.dumps(result, indent=2) + "\n")

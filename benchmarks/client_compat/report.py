@@ -29,8 +29,9 @@ COLUMNS = (
     "close",
 )
 
-# What the driver speaks: a question whose answer (on the cascade's rule responder, and the local model's clock answer)
-# is a whole sentence, long enough to interrupt while it plays.
+# What the driver speaks: a question whose answer (the clock's, on the cascade's rule
+# responder and its local model alike) is a whole sentence, long enough to interrupt
+# while it plays.
 QUESTION = "What is the date today?"
 
 

@@ -53,7 +53,8 @@ _POLL_S = 0.005
 
 
 def _words(text: str) -> set[str]:
-    return set(text.lower().replace("'", " ").split())
+    """The words of ``text``, lower case, without punctuation (Whisper writes it)."""
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
 
 
 def new_call_id() -> str:
@@ -104,11 +105,11 @@ class RuleResponder:
             return "Goodbye!"
         if words & {"hello", "hi", "hey"}:
             return "Hello! How can I help you?"
-        return f"You said: {text}."
+        return f"You said: {text.rstrip('.!?')}."
 
     def clock_answer(self, heard: str) -> str | None:
         """The time or the date, when ``heard`` asks for it (else ``None``)."""
-        words = _words(heard.replace("?", " "))
+        words = _words(heard)
         now = self._now()
         if "time" in words and words & {"what", "tell", "the", "whats"}:
             hour = now.hour % 12 or 12
@@ -138,7 +139,7 @@ class RuleResponder:
         if isinstance(choice, Mapping):
             chosen = by_name.get(str(choice.get("name")))
         if chosen is None:
-            words = _words(heard.replace("?", " ").replace(".", " ").replace(",", " "))
+            words = _words(heard)
             chosen = next((t for t in tools if _name_words(str(t.get("name"))) <= words), None)
         if chosen is None and choice == "required":
             chosen = tools[0]
