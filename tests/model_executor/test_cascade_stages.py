@@ -349,6 +349,18 @@ def test_tts_stage_text_only_and_abort() -> None:
     assert model.ready_request_ids() == []
 
 
+def test_a_reply_that_has_not_spoken_goes_before_replies_already_speaking() -> None:
+    model = TtsStageModel()
+    long = " ".join(f"Sentence number {k} of a long answer." for k in range(5))
+    model.add_request("speaking", StageInput({"kind": "reply", "text": long, "final": True}))
+    model.step(model.ready_request_ids())  # its first sentence is out; four wait
+    model.add_request("new", StageInput({"kind": "reply", "text": "Hi there. Bye.", "final": True}))
+    step = model.step(model.ready_request_ids())
+    assert {o.request_id for o in step} == {"new"}  # its first words, alone in the step
+    step = model.step(model.ready_request_ids())
+    assert {o.request_id for o in step} == {"speaking", "new"}  # then both go on, a sentence each
+
+
 # ---- plugin --------------------------------------------------------------------------
 
 

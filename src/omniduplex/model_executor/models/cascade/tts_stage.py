@@ -8,7 +8,8 @@ sentence's words. The last unit is held back until the next sentence or the end 
 reply arrives, so the final unit can say ``end_of_turn``. Text-only responses skip
 synthesis and hand out the sentences as text.
 
-Aborting a request (barge-in) drops it; a synthesis in flight stops at its next 40 ms
+A reply that has not spoken yet goes before the sentences of replies already speaking
+(``step``). Aborting a request (barge-in) drops it; a synthesis in flight stops at its next 40 ms
 chunk (the espeak callback returns 1), or after piper's current piece.
 """
 
@@ -201,11 +202,17 @@ class TtsStageModel(StageModel):
     # ---- stepping -----------------------------------------------------------------
 
     def step(self, request_ids: Sequence[str]) -> list[StageOutput]:
+        """One sentence per request; but while some reply has yet to say its first words,
+        only those replies speak this step: a reply already speaking is seconds ahead of
+        its listener, a new one keeps its user waiting (and a step's outputs leave only
+        when the whole step is done)."""
+        ready = [(rid, s) for rid in request_ids if (s := self._speech.get(rid)) and self._ready(s)]
+        first_words = [(rid, s) for rid, s in ready if s.sentences and s.spoken_sentences == 0]
+        if first_words:
+            ready = first_words + [(rid, s) for rid, s in ready if not s.sentences]
         outputs: list[StageOutput] = []
-        for request_id in request_ids:
-            speech = self._speech.get(request_id)
-            if speech is not None and self._ready(speech):
-                outputs.extend(self._advance(request_id, speech))
+        for request_id, speech in ready:
+            outputs.extend(self._advance(request_id, speech))
         return outputs
 
     def _advance(self, request_id: str, speech: _Speech) -> list[StageOutput]:
