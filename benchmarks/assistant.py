@@ -346,7 +346,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     levels = [int(x) for x in args.levels.split(",")]
     voice = piper_voice()
     questions = [Question(voice, text) for text in QUESTIONS]
-    latency = [await serve_and_measure(d, questions, levels, args.samples) for d in DEPLOYMENTS]
+    deployments = args.deployments.split(",")
+    latency = [await serve_and_measure(d, questions, levels, args.samples) for d in deployments]
     return {
         "benchmark": "assistant",
         "metric": "end of speech -> first reply audio (includes the 500 ms server_vad silence)",
@@ -367,6 +368,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,4,8")
     parser.add_argument("--samples", type=int, default=8, help="turns per level, at least")
+    parser.add_argument("--deployments", default=",".join(DEPLOYMENTS))
+    parser.add_argument("--out", type=Path, default=RESULTS / "assistant.json")
     parser.add_argument("--replot", action="store_true", help="only redraw the saved run")
     args = parser.parse_args()
     if args.replot:
@@ -374,9 +377,9 @@ def main() -> None:
         return
     result = asyncio.run(main_async(args))
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "assistant.json").write_text(json.dumps(result, indent=2) + "\n")
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     with contextlib.suppress(ImportError):
-        plot(result, RESULTS / "assistant.png")
+        plot(result, args.out.with_suffix(".png"))
     print(json.dumps({k: result[k] for k in ("asr", "llm")}, indent=2))
 
 
