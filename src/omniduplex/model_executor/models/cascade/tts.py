@@ -63,7 +63,7 @@ def _library() -> ctypes.CDLL:
         return _lib
     try:
         import espeakng_loader
-    except ImportError as exc:  # pragma: no cover - the cascade extra is not installed
+    except ImportError as exc:  # pragma: no cover - a dependency of omniduplex
         raise EspeakError("espeak TTS needs `pip install omniduplex[cascade]`") from exc
     lib = ctypes.CDLL(espeakng_loader.get_library_path())
     lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]

@@ -1,7 +1,7 @@
 """The seam the TTS stage speaks through: a voice turns one sentence into audio.
 
 Two voices ship: espeak-ng (``tts.EspeakVoice``, always installed, formant synthesis)
-and piper (``piper_voice.PiperSpeechVoice``, the ``piper`` extra, a neural voice).
+and piper (``piper_voice.PiperSpeechVoice``, a neural voice).
 """
 
 from __future__ import annotations

