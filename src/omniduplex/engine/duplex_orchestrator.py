@@ -9,8 +9,8 @@ turn-based requests still work on a duplex deployment) and implements the
 - outputs of session-owned requests are intercepted: earlier stages forward to the next
   stage, the final stage's outputs, any error and any output addressed ``to_owner`` (a
   partial transcript from stage 0) go to the session's mailbox through
-  ``DuplexSessionManager.on_stage_output``; a request that no stage holds any more is
-  forgotten;
+  ``DuplexSessionManager.on_stage_output``; a request that no stage holds any more, or
+  whose finished output went to its owner, is forgotten (later stages aborted);
 - a dead worker ends the sessions whose requests it held;
 - a turn response (``StartTurnResponse``: a chat completion, no session) is planned with
   the plugin, run as a request owned by ``TURN_RESPONSE_OWNER``, and each of its stage
@@ -164,7 +164,10 @@ class DuplexOrchestrator(Orchestrator, SessionStages):
             if next_input is not None:
                 self.submit_stage_input(stage_index + 1, output.request_id, next_input)
         else:
-            finished = output.finished and (output.error is not None or not state.live_stages)
+            # A finished output addressed to the owner ends the request (a transcript no
+            # response follows), whatever later stages started on it (a reply's draft).
+            ends = output.error is not None or output.to_owner or not state.live_stages
+            finished = output.finished and ends
             self.manager.on_stage_output(
                 session_id,
                 StageOutputItem(
@@ -176,9 +179,11 @@ class DuplexOrchestrator(Orchestrator, SessionStages):
                     to_owner=output.to_owner,
                 ),
             )
-        if output.error is not None or (output.finished and not state.live_stages):
-            # No stage holds it any more (or it failed): release it. Aborting also stops
-            # whatever later stage still holds a failed request.
+        if output.error is not None or (
+            output.finished and (output.to_owner or not state.live_stages)
+        ):
+            # No stage holds it any more, it failed, or it ended at its owner: release it.
+            # Aborting also stops whatever later stage still holds it.
             self.abort_request(output.request_id)
         return True
 

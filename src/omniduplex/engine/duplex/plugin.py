@@ -168,6 +168,12 @@ class DuplexModelPlugin(ABC):
     addressed ``to_owner``. At commit the request either carries the response (its final
     input is ``plan_response``'s data, with ``input_streamed`` set) or is closed with
     ``plan_utterance_end`` for the transcript alone.
+
+    ``drafts_replies`` (with ``transcribes_while_speaking``): the opening piece of an
+    utterance also gets a ``preview``, the request the response answering it would get
+    if the turn were committed now (``response_id`` empty), so the model may start the
+    reply at a pause before the commit. The response's real request, at commit, is the
+    one that counts: a draft made from anything else must be dropped.
     """
 
     plugin_id: str = ""
@@ -175,6 +181,7 @@ class DuplexModelPlugin(ABC):
     output_sample_rate_hz: int = 24_000
     streams_input: bool = False
     transcribes_while_speaking: bool = False
+    drafts_replies: bool = False
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})
@@ -218,9 +225,15 @@ class DuplexModelPlugin(ABC):
         return None
 
     def plan_utterance_audio(
-        self, state: DuplexModelSessionState, samples: np.ndarray, *, opening: bool
+        self,
+        state: DuplexModelSessionState,
+        samples: np.ndarray,
+        *,
+        opening: bool,
+        preview: ResponseRequest | None = None,
     ) -> dict[str, Any]:
-        """Stage-0 data with one piece of an utterance's audio; ``opening``: its first."""
+        """Stage-0 data with one piece of an utterance's audio; ``opening``: its first
+        (with the ``preview`` of its response, for plugins that ``drafts_replies``)."""
         raise NotImplementedError(f"{type(self).__name__} does not transcribe while speaking")
 
     def plan_utterance_end(self, state: DuplexModelSessionState) -> dict[str, Any]:

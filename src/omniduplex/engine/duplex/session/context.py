@@ -26,7 +26,7 @@ from ....protocol.duplex import commands as cmd
 from ..contracts import SessionStages, StageSubmission
 
 if TYPE_CHECKING:
-    from ..plugin import DuplexModelPlugin, ModelInputTranscript
+    from ..plugin import DuplexModelPlugin, ModelInputTranscript, ResponseRequest
     from .emitter import SessionEmitter
     from .playout import PlayoutClock
     from .state import DuplexEngineSession
@@ -77,6 +77,11 @@ class Responses(ABC):
     ) -> None:
         """Open a response for the committed input; ``carried_by``: the stage request
         that already holds the committed turn (live transcription)."""
+
+    @abstractmethod
+    def preview_request(self) -> ResponseRequest | None:
+        """The request a response to the turn being spoken would get if server VAD
+        committed it now (``None`` when the commit would start no response)."""
 
     @abstractmethod
     def cancel(self, reason: str, *, clear_output: bool = False) -> bool:

@@ -224,9 +224,13 @@ class LiveTranscription(Transcripts):
         self._submit(utterance, audio, opening=True)
 
     def _submit(self, utterance: Utterance, samples: np.ndarray, *, opening: bool) -> None:
+        plugin = self.ctx.plugin
         try:
-            data = self.ctx.plugin.plan_utterance_audio(
-                self.session.model_state, samples, opening=opening
+            preview = None
+            if opening and plugin.drafts_replies:
+                preview = self.ctx.responses.preview_request()
+            data = plugin.plan_utterance_audio(
+                self.session.model_state, samples, opening=opening, preview=preview
             )
             self.ctx.stage.submit(StageSubmission(utterance.request_id, 0, data))
         except Exception as exc:

@@ -186,19 +186,13 @@ class ResponseFlow(Responses):
             # resumable stage-0 request; a response is a stretch of that stream, so there
             # is no per-response stage request to plan or submit.
             return
-        tools, tool_choice = self._tools(options)
-        request = ResponseRequest(
-            fence=session.fence,
-            response_id=response_id,
-            input_audio=_EMPTY if carried_by is not None else audio,
-            input_text=text,
-            history=session.items.messages(),
-            options=options,
-            session=session.settings.as_model_config(),
+        request = self._request(
+            response_id,
+            options,
+            audio=_EMPTY if carried_by is not None else audio,
+            text=text,
             input_streamed=carried_by is not None,
             opening=opening and carried_by is None,
-            tools=tools,
-            tool_choice=tool_choice,
         )
         if carried_by is not None:
             request_id = carried_by
@@ -210,6 +204,39 @@ class ResponseFlow(Responses):
             self.ctx.stage.submit(StageSubmission(request_id, 0, data, final=True))
         except Exception as exc:
             self.fail("model_backend_failed", f"could not start the response: {exc}")
+
+    def preview_request(self) -> ResponseRequest | None:
+        turn_detection = self.session.settings.turn_detection or {}
+        if not turn_detection.get("create_response", True):
+            return None
+        text = self.session.pending_user_text
+        return self._request("", {}, audio=_EMPTY, text=text, input_streamed=True, opening=False)
+
+    def _request(
+        self,
+        response_id: str,
+        options: dict[str, Any],
+        *,
+        audio: np.ndarray,
+        text: str,
+        input_streamed: bool,
+        opening: bool,
+    ) -> ResponseRequest:
+        session = self.session
+        tools, tool_choice = self._tools(options)
+        return ResponseRequest(
+            fence=session.fence,
+            response_id=response_id,
+            input_audio=audio,
+            input_text=text,
+            history=session.items.messages(),
+            options=options,
+            session=session.settings.as_model_config(),
+            input_streamed=input_streamed,
+            opening=opening,
+            tools=tools,
+            tool_choice=tool_choice,
+        )
 
     def _tools(self, options: dict[str, Any]) -> tuple[list[dict[str, Any]], Any]:
         """The tools this response may call (the response's own, else the session's) and

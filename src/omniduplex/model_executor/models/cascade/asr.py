@@ -12,7 +12,10 @@ it is decoded in pieces of ``asr_partial_ms`` (one per step, however much waited
 every changed hypothesis goes back to the request's owner (``to_owner``) as a
 ``partial_transcript``. Its final input either carries a response's data (the transcript
 then goes on to the responder, as for any turn) or ``transcribe_only: True`` (the
-transcript goes back to the owner and the request ends). The decoder wait of a live
+transcript goes back to the owner and the request ends). A live request whose first
+input carries a ``draft`` (a response's data, ``draft_replies``) sends it on to the
+responder with the text each time the decoder is ``settled`` at a pause on a new text
+(``kind: draft``), before its final input. The decoder wait of a live
 request starts at its final input: a speaker who finds every decoder busy is only
 decoded later, not failed.
 
@@ -44,7 +47,7 @@ from .whisper_asr import WhisperUtterance, load_whisper_model
 GRAMMAR_SEARCH = "cascade_grammar"
 _WORD = re.compile(r"[a-z']+")
 # Keys of a request's data the stage consumes; everything else is passed through.
-_CONSUMED = ("audio", "sample_rate_hz", "live", "transcribe_only")
+_CONSUMED = ("audio", "sample_rate_hz", "live", "transcribe_only", "draft")
 
 
 def normalise_sentence(text: str) -> str:
@@ -168,6 +171,8 @@ class _Turn:
     live: bool = False
     transcribe_only: bool = False
     last_partial: str = ""
+    draft: dict[str, Any] | None = None
+    drafted: str = ""  # the text of the last draft sent on
 
 
 class AsrStageModel(StageModel):
@@ -244,6 +249,8 @@ class AsrStageModel(StageModel):
     def _ingest(self, turn: _Turn, inputs: StageInput) -> None:
         turn.live = turn.live or bool(inputs.data.get("live"))
         turn.transcribe_only = turn.transcribe_only or bool(inputs.data.get("transcribe_only"))
+        if isinstance(inputs.data.get("draft"), Mapping):
+            turn.draft = {k: v for k, v in inputs.data["draft"].items() if k != "audio"}
         audio = inputs.data.get("audio")
         if audio is not None:
             samples = np.asarray(audio, dtype=np.float32).reshape(-1)
@@ -338,12 +345,10 @@ class AsrStageModel(StageModel):
             turn = self._turns.get(request_id)
             if turn is None or not self._ready(turn):
                 continue
-            output = self._advance(request_id, turn)
-            if output is not None:
-                outputs.append(output)
+            outputs.extend(self._advance(request_id, turn))
         return outputs
 
-    def _advance(self, request_id: str, turn: _Turn) -> StageOutput | None:
+    def _advance(self, request_id: str, turn: _Turn) -> list[StageOutput]:
         started = self._clock()
         self._trim(turn)
         if self._needs_decoder(turn):
@@ -356,7 +361,8 @@ class AsrStageModel(StageModel):
                 )
                 data = {**turn.meta, "kind": "error", "code": "asr_pool_exhausted"}
                 data["message"] = message
-                return self.output(request_id, data, finished=True, to_owner=turn.transcribe_only)
+                owner = turn.transcribe_only
+                return [self.output(request_id, data, finished=True, to_owner=owner)]
         decoder = turn.decoder
         if turn.pending_samples:
             if not turn.started:
@@ -373,12 +379,16 @@ class AsrStageModel(StageModel):
             decoder.process_raw(_pcm16(chunk, self.options.asr_dither, self._rng), False, False)
             turn.samples_decoded += chunk.size
         if not turn.final or turn.pending_samples:
+            outputs = []
             partial = self._partial(turn) if turn.live else None
+            if partial is not None:
+                data = {"kind": "partial_transcript", "transcript": partial}
+                outputs.append(self.output(request_id, data, to_owner=True))
+            draft = self._draft(turn)
+            if draft is not None:
+                outputs.append(self.output(request_id, draft))
             turn.decode_s += self._clock() - started
-            if partial is None:
-                return None
-            data = {"kind": "partial_transcript", "transcript": partial}
-            return self.output(request_id, data, to_owner=True)
+            return outputs
         text = ""
         if turn.started:
             decoder.end_utt()
@@ -407,7 +417,19 @@ class AsrStageModel(StageModel):
             "input_audio_s": turn.samples_received / self.options.input_rate_hz,
             "trace": trace,
         }
-        return self.output(request_id, data, finished=True, to_owner=turn.transcribe_only)
+        return [self.output(request_id, data, finished=True, to_owner=turn.transcribe_only)]
+
+    def _draft(self, turn: _Turn) -> dict[str, Any] | None:
+        """A draft for the responder: the pause's text, if it is new."""
+        settled = getattr(turn.decoder, "settled", False)
+        if turn.draft is None or turn.final or not turn.started or not settled:
+            return None  # (after the final input the transcript itself is near)
+        hyp = turn.decoder.hyp()
+        text = self._transcript(hyp.hypstr) if hyp is not None else ""
+        if not text or text == turn.drafted:
+            return None
+        turn.drafted = text
+        return {**turn.draft, "kind": "draft", "transcript": text, "heard_audio": True}
 
     def _transcript(self, hypothesis: str) -> str:
         """pocketsphinx's words as the grammar spells them; Whisper's text as it wrote it

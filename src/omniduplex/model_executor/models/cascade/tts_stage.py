@@ -9,8 +9,12 @@ reply arrives, so the final unit can say ``end_of_turn``. Text-only responses sk
 synthesis and hand out the sentences as text.
 
 A reply that has not spoken yet goes before the sentences of replies already speaking
-(``step``). Aborting a request (barge-in) drops it; a synthesis in flight stops at its next 40 ms
-chunk (the espeak callback returns 1), or after piper's current piece.
+(``step``), a confirmed one before a draft. A ``kind: draft`` marker makes a draft of what
+follows (the responder's ``draft_replies``): the speech so far is forgotten, only the first
+sentence is voiced, and every output is held until the transcript arrives (which confirms
+the draft: the transcript goes out, then all that was held). Aborting a request (barge-in)
+drops it; a synthesis in flight stops at its next 40 ms chunk (the espeak callback returns
+1), or after piper's current piece.
 """
 
 from __future__ import annotations
@@ -36,31 +40,61 @@ from .voice import SpeechVoice, SpeechVoiceError
 
 # A sentence ends at . ! ? ; : followed by a space, or at a line break.
 _BOUNDARY = re.compile(r"(?<=[.!?;:])\s+|\n+")
-_CLAUSE = re.compile(r"(?<=,)\s+")
-FIRST_CLAUSE_WORDS = 4
+_WORD = re.compile(r"\S+")
+FIRST_PHRASE_WORDS = 4
+# Words that open a clause: a reply's first words may be voiced before one of them
+# ("The sky is blue | because ..."), a pause a speaker would make there too; and after
+# a few more words, before a preposition ("The moon is about 180 miles away | from").
+PHRASE_OPENER = re.compile(
+    r"[\"'(]*(and|but|or|so|because|since|although|though|while|when|where|which|who|whose"
+    r"|if|unless|until|with)",
+    re.IGNORECASE,
+)
+FIRST_PHRASE_LONG_WORDS = 6
+PREPOSITION = re.compile(
+    r"[\"'(]*(by|from|in|on|at|for|to|into|about|after|before|during|without)", re.IGNORECASE
+)
 # Without punctuation, speak what we have once it is this long (at a space).
 _MAX_SENTENCE_CHARS = 160
 # Speaking rates a request's ``speed`` may reach (espeak-ng's usable range).
 MIN_RATE_WPM, MAX_RATE_WPM = 80, 450
 
 
+def first_phrase_end(text: str) -> int:
+    """Where a reply's first phrase ends in ``text`` (0: not yet): after a comma, or before
+    a whole ``PHRASE_OPENER`` word, with at least ``FIRST_PHRASE_WORDS`` words before; or
+    before a ``PREPOSITION`` with ``FIRST_PHRASE_LONG_WORDS`` before."""
+    words = list(_WORD.finditer(text))
+    for index, word in enumerate(words):
+        complete = word.end() < len(text)  # a space follows: the word is written out
+        if not complete:
+            break
+        opener = PHRASE_OPENER.fullmatch(word.group()) is not None
+        if index >= FIRST_PHRASE_WORDS and opener:
+            return word.start()
+        if index >= FIRST_PHRASE_LONG_WORDS and PREPOSITION.fullmatch(word.group()):
+            return word.start()
+        if index + 1 >= FIRST_PHRASE_WORDS and word.group().endswith(","):
+            return word.end()
+    return 0
+
+
 def split_sentences(
-    buffer: str, *, final: bool, first_clause: bool = False
+    buffer: str, *, final: bool, first_phrase: bool = False
 ) -> tuple[list[str], str]:
     """Complete sentences in ``buffer`` and the unfinished rest (all of it when final).
 
-    With ``first_clause`` (nothing of the reply said yet) a clause of at least
-    ``FIRST_CLAUSE_WORDS`` words ending at a comma counts as the first sentence: the voice
-    starts a long first sentence before its end has been written.
+    With ``first_phrase`` (nothing of the reply said yet) a first sentence not written to
+    its end yet may be voiced a phrase early (``first_phrase_end``): the voice starts
+    before the model has written the rest.
     """
     sentences: list[str] = []
     rest = buffer
-    if first_clause and _BOUNDARY.search(rest) is None:
-        for match in _CLAUSE.finditer(rest):
-            if len(rest[: match.start()].split()) >= FIRST_CLAUSE_WORDS:
-                sentences.append(rest[: match.start()].strip())
-                rest = rest[match.end() :]
-                break
+    if first_phrase and _BOUNDARY.search(rest) is None:
+        end = first_phrase_end(rest)
+        if end:
+            sentences.append(rest[:end].strip())
+            rest = rest[end:].lstrip()
     while True:
         match = _BOUNDARY.search(rest)
         if match is None:
@@ -109,6 +143,22 @@ class _Speech:
     first_audio_at: float | None = None
     synth_s: float = 0.0
     audio_s: float = 0.0
+    drafting: bool = False
+    withheld: list[dict[str, Any]] = field(default_factory=list)  # a draft's outputs
+
+    def redraft(self) -> None:
+        """Forget everything so far: a new draft (or the answer) follows."""
+        self.buffer = ""
+        self.sentences.clear()
+        self.passthrough.clear()
+        self.after_speech.clear()
+        self.withheld.clear()
+        self.final = False
+        self.held = None
+        self.spoken_sentences = 0
+        self.first_audio_at = None
+        self.synth_s = self.audio_s = 0.0
+        self.drafting = True
 
 
 class TtsStageModel(StageModel):
@@ -139,6 +189,10 @@ class TtsStageModel(StageModel):
         self._speech: dict[str, _Speech] = {}
         self.sentences_spoken = 0
 
+    @property
+    def open_requests(self) -> int:
+        return len(self._speech)
+
     # ---- requests -----------------------------------------------------------------
 
     def add_request(self, request_id: str, inputs: StageInput) -> None:
@@ -160,12 +214,25 @@ class TtsStageModel(StageModel):
                 speech.meta[key] = data[key]
         if "trace" in data:
             speech.meta["trace"] = dict(data["trace"] or {})
+        if kind == "draft":
+            speech.redraft()
+            return
+        if kind == "transcript" and speech.drafting:
+            speech.drafting = False  # confirmed: the transcript, then what was held
+            response = {"response_id": speech.meta.get("response_id")}
+            speech.passthrough.append(data)
+            speech.passthrough.extend({**unit, **response} for unit in speech.withheld)
+            speech.withheld.clear()
+            if speech.held is not None:
+                speech.held.update(response)
+            speech.final = speech.final or inputs.final
+            return
         if kind == "reply":
             speech.buffer += str(data.get("text") or "")
             final = bool(data.get("final")) or inputs.final
             first = speech.spoken_sentences == 0 and not speech.sentences
             sentences, speech.buffer = split_sentences(
-                speech.buffer, final=final, first_clause=first
+                speech.buffer, final=final, first_phrase=first
             )
             speech.sentences.extend(sentences)
             speech.final = speech.final or final
@@ -194,6 +261,8 @@ class TtsStageModel(StageModel):
     # ---- readiness ----------------------------------------------------------------
 
     def _ready(self, speech: _Speech) -> bool:
+        if speech.drafting:
+            return bool(speech.sentences) and speech.spoken_sentences == 0
         return bool(speech.passthrough or speech.sentences or speech.after_speech or speech.final)
 
     def ready_request_ids(self) -> list[str]:
@@ -205,14 +274,19 @@ class TtsStageModel(StageModel):
         """One sentence per request; but while some reply has yet to say its first words,
         only those replies speak this step: a reply already speaking is seconds ahead of
         its listener, a new one keeps its user waiting (and a step's outputs leave only
-        when the whole step is done)."""
+        when the whole step is done). Among those, answers go before drafts."""
         ready = [(rid, s) for rid in request_ids if (s := self._speech.get(rid)) and self._ready(s)]
         first_words = [(rid, s) for rid, s in ready if s.sentences and s.spoken_sentences == 0]
-        if first_words:
-            ready = first_words + [(rid, s) for rid, s in ready if not s.sentences]
+        answers = [(rid, s) for rid, s in first_words if not s.drafting]
+        if answers or first_words:
+            ready = (answers or first_words) + [(rid, s) for rid, s in ready if not s.sentences]
         outputs: list[StageOutput] = []
         for request_id, speech in ready:
-            outputs.extend(self._advance(request_id, speech))
+            advanced = self._advance(request_id, speech)
+            if speech.drafting:
+                speech.withheld.extend(output.data for output in advanced)
+            else:
+                outputs.extend(advanced)
         return outputs
 
     def _advance(self, request_id: str, speech: _Speech) -> list[StageOutput]:

@@ -6,11 +6,12 @@ from a wheel: ``whisper_model`` names a CTranslate2 model directory, or, when nu
 loads one model (``load_whisper_model``) and shares it among its decoders; they all run on
 the stage's one thread.
 
-``WhisperUtterance`` speaks the decoder interface the ASR stage drives pocketsphinx
-through (``start_utt`` / ``process_raw`` / ``hyp`` / ``end_utt``), so the pool, live
-partials and transcriptions work unchanged. Whisper decodes a whole window at a time,
-most of its cost fixed per decode, so a live utterance is re-decoded for a partial only
-once ``partial_ms`` more audio has come; the final transcript decodes it all. A grammar does not apply: Whisper hears free speech.
+``WhisperUtterance`` speaks the decoder interface the ASR stage drives pocketsphinx through
+(``start_utt`` / ``process_raw`` / ``hyp`` / ``end_utt``), so the pool, live partials and
+transcriptions work unchanged. Whisper decodes a whole window at a time, most of its cost
+fixed per decode, so a live utterance is re-decoded for a partial only once ``partial_ms``
+more audio has come; the final transcript decodes it all. A grammar does not apply: Whisper
+hears free speech.
 
 A decode costs what its encoder window costs, and Whisper's window is 30 s: a 2 s
 utterance padded to it spends about 0.3 s of the 0.4 s encoding padding.
@@ -192,6 +193,16 @@ class WhisperUtterance:
 
     def end_utt(self) -> None:
         self._ended = True
+
+    @property
+    def settled(self) -> bool:
+        """The last hypothesis was decoded at a pause and no speech came since: if the
+        user has finished, it is the transcript."""
+        return (
+            bool(self.decodes)
+            and not self._speech_undecoded
+            and (self._quiet_run >= self.pause_samples)
+        )
 
     def hyp(self) -> Hypothesis | None:
         undecoded = self._samples - self._decoded_at
