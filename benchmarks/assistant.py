@@ -7,7 +7,9 @@ responder, espeak-ng: what ``omniduplex serve`` ran before) are each served by a
 time (32 ms appends) with OpenAI's server_vad (500 ms of silence ends a turn).
 
 - **Latency**: last speech sample sent -> first ``response.output_audio.delta``, p50/p95,
-  at 1, 4 and 8 concurrent conversations. Each conversation asks the questions in order
+  at 1, 4 and 8 concurrent conversations; and the same from the end of speech the VAD
+  found (``speech_stopped``'s ``audio_end_ms``, where its silence begins; ``vad``), which
+  is later by Silero's lag. Each conversation asks the questions in order
   (its history grows), one at a time, the next once the answer has played out (the
   server paces it in real time) and half a second has passed, as a person listening
   would. The target for one conversation is the VAD silence plus 300 ms, 800 ms.
@@ -93,6 +95,7 @@ class Question:
         self.pcm = (np.clip(np.concatenate((lead, speech, tail)), -1, 1) * 32767).astype("<i2")
         self.pcm = self.pcm.tobytes()
         self.speech_end_s = (lead.size + speech.size) / RATE
+        self.duration_s = (lead.size + speech.size + tail.size) / RATE
 
 
 def tree_rss_mb(pid: int) -> float:
@@ -119,10 +122,12 @@ async def conversation(
         settings = {"turn_detection": SERVER_VAD}
         await ws.send(orjson.dumps({"type": "session.update", "session": settings}).decode())
         await session.wait_for("session.updated", 0)
+        sent_s = 0.0  # the session's input clock, which speech_stopped reads
         for k in range(turns):
             question = questions[(offset + k) % len(questions)]
             mark = len(session.events)
             t0 = await session.send_pcm(question.pcm)
+            clock_at_t0, sent_s = sent_s, sent_s + question.duration_s
             try:
                 done = await session.wait_for("response.done", mark, timeout_s=90)
             except TimeoutError:
@@ -134,11 +139,14 @@ async def conversation(
                 continue
             output = done[1]["response"]["output"]
             said = output[-1]["content"][0].get("transcript", "") if output else ""
+            stopped = session.first("input_audio_buffer.speech_stopped", mark)
+            vad_end = t0 + stopped[1]["audio_end_ms"] / 1000 - clock_at_t0 if stopped else None
             rows.append(
                 {
                     "text": question.text,
                     "answer": said,
                     "eos_to_first_audio_s": audio[0] - (t0 + question.speech_end_s),
+                    "vad_end_to_first_audio_s": audio[0] - vad_end if vad_end else None,
                 }
             )
             # The user listens to the answer (it plays in real time), then asks again.
@@ -181,6 +189,7 @@ async def run_level(
         "peak_rss_mb": peak,
         "answers": [(r["text"], r["answer"]) for r in ok[:3]],
         **summary([r["eos_to_first_audio_s"] for r in ok]),
+        "vad": summary([v for r in ok if (v := r["vad_end_to_first_audio_s"]) is not None]),
     }
 
 
@@ -202,7 +211,8 @@ async def serve_and_measure(
             print(
                 f"{deployment:>13} {sessions:>2} sessions  turns {row['turns']:>2}  "
                 f"failed {row['failed']}  p50 {row.get('p50_ms', '-')} ms  "
-                f"p95 {row.get('p95_ms', '-')} ms  peak {row['peak_rss_mb']} MB",
+                f"p95 {row.get('p95_ms', '-')} ms  (from the VAD's end of speech p50 "
+                f"{row['vad'].get('p50_ms', '-')} ms)  peak {row['peak_rss_mb']} MB",
                 flush=True,
             )
     finally:

@@ -318,3 +318,19 @@ async def test_a_drafted_turn_that_gets_no_response_leaves_nothing_behind(pipeli
                 await asyncio.sleep(0.02)
         await handle.close()
     assert "response.created" not in [event.type for event in reader.seen]
+
+
+async def test_a_session_update_after_the_draft_drops_it(pipeline) -> None:
+    async with DuplexOmni(pipeline) as omni:
+        handle, reader, responder = await open_drafting_session(omni)
+        speak(handle, say("What is your name?", RATE, lead_ms=300))
+        speak(handle, silence(300))
+        await until_drafted(responder, 1)
+        update = {"type": "session.update", "session": {"instructions": "Be brief."}}
+        handle.submit(command_from_realtime(update))
+        speak(handle, silence(800))
+        await reader.until_type("response.done")
+        await handle.close()
+    _, said = reply_events(reader.seen)
+    assert said == NAME_ANSWER  # the rules take no instructions, but the draft had none
+    assert (responder.drafts_confirmed, responder.drafts_dropped) == (0, 1)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -226,11 +227,13 @@ class LiveTranscription(Transcripts):
     def _submit(self, utterance: Utterance, samples: np.ndarray, *, opening: bool) -> None:
         plugin = self.ctx.plugin
         try:
-            preview = None
+            # Only a plugin that drafts replies is asked with a preview (older ones keep
+            # the signature they were written against).
+            draft: dict[str, Any] = {}
             if opening and plugin.drafts_replies:
-                preview = self.ctx.responses.preview_request()
+                draft["preview"] = self.ctx.responses.preview_request()
             data = plugin.plan_utterance_audio(
-                self.session.model_state, samples, opening=opening, preview=preview
+                self.session.model_state, samples, opening=opening, **draft
             )
             self.ctx.stage.submit(StageSubmission(utterance.request_id, 0, data))
         except Exception as exc:
