@@ -321,7 +321,8 @@ async def test_resume_from_a_new_client_after_the_first_was_abandoned(paced_serv
     await second.aclose()
     with pytest.raises(DuplexResumeError) as info:
         await DuplexClient.resume(paced_server.ws_url, session_id, token, last_seq)
-    assert info.value.code == "invalid_resume_token"  # the superseded token no longer works
+    # The superseded token no longer works: whoever shows it lost to the resume that did.
+    assert info.value.code == "session_resume_conflict"
     last = await DuplexClient.resume(
         paced_server.ws_url, session_id, second.resume_token, second.last_seq
     )

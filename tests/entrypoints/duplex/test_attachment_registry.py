@@ -161,8 +161,13 @@ def test_resume_rotates_the_token_and_bumps_the_generation(registry) -> None:
     assert grant.generation == 2 and registry.generation(SID) == 2
     assert grant.new_token != token1
     assert registry.confirm_resume(SID, 2)
-    with pytest.raises(InvalidResumeToken) as info:
+    # The token that resume presented: whoever shows it now lost the race to it.
+    with pytest.raises(SessionResumeConflict) as info:
         registry.authenticate_resume(SID, token1, 0)
+    assert info.value.code == "session_resume_conflict"
+    assert "another connection" in str(info.value)
+    with pytest.raises(InvalidResumeToken) as info:
+        registry.authenticate_resume(SID, "a-token-never-issued", 0)
     assert info.value.code == "invalid_resume_token"
     grant3 = registry.resume(SID, grant.new_token, 0, c)
     assert grant3.generation == 3
@@ -191,10 +196,21 @@ def test_failed_activation_keeps_the_old_token(registry) -> None:
     retry = registry.resume(SID, token1, 0, Socket("c"))
     assert retry.generation == 3
     assert registry.confirm_resume(SID, 3)
-    for stale in (token1, grant.new_token):
-        with pytest.raises(InvalidResumeToken):
-            registry.authenticate_resume(SID, stale, 0)
+    with pytest.raises(SessionResumeConflict):  # the retry presented it
+        registry.authenticate_resume(SID, token1, 0)
+    with pytest.raises(InvalidResumeToken):
+        registry.authenticate_resume(SID, grant.new_token, 0)
     registry.authenticate_resume(SID, retry.new_token, 0)
+
+
+def test_a_resume_racing_one_not_yet_confirmed_loses(registry) -> None:
+    token1, _ = _open(registry, socket=Socket("a"))
+    registry.resume(SID, token1, 0, Socket("b"))  # session.resumed not sent yet
+    with pytest.raises(SessionResumeConflict):
+        registry.authenticate_resume(SID, token1, 0)
+    # Had that socket died first, its client's old token would still work.
+    registry.detach(SID, registry.socket_of(SID))
+    assert registry.authenticate_resume(SID, token1, 0).generation == 3
 
 
 def test_confirm_of_a_superseded_resume_is_refused(registry) -> None:

@@ -216,3 +216,52 @@ async def test_a_dropped_sockets_late_detach_cannot_expire_the_connection_that_r
             await second.send({"type": "session.heartbeat"})
             answer = await second.until("session.heartbeat_ack")
         assert "session.expired" not in [e["type"] for e in answer]
+
+
+async def test_the_loser_of_concurrent_resumes_is_told_of_the_conflict(server) -> None:
+    outcomes = []
+    for _ in range(12):
+        ctx, _, created = await _open(server.ws_url)
+        session_id, token = created["session"]["id"], created["resume_token"]
+        resume = {"type": "session.resume", "session_id": session_id, "resume_token": token}
+
+        async def attempt(resume=resume):
+            async with wire(server.ws_url) as client:
+                await client.send(resume)
+                answer = await client.recv()
+                if answer["type"] == "session.resumed":
+                    await client.send({"type": "session.close"})
+                    await client.until("session.closed")
+                return answer
+
+        answers = await asyncio.gather(attempt(), attempt())
+        await ctx.__aexit__(None, None, None)
+        assert sorted(a["type"] for a in answers) == ["error", "session.resumed"], answers
+        error = next(a for a in answers if a["type"] == "error")["error"]
+        outcomes.append(error["code"])
+        assert error["type"] == "invalid_request_error", error
+        assert "generation" not in error["message"], error["message"]
+    assert set(outcomes) == {"session_resume_conflict"}, outcomes
+
+
+async def test_a_replay_from_the_start_hands_out_no_resume_token(server) -> None:
+    ctx, _, created = await _open(server.ws_url)
+    session_id, token = created["session"]["id"], created["resume_token"]
+    await ctx.__aexit__(None, None, None)
+    resume = {
+        "type": "session.resume",
+        "session_id": session_id,
+        "resume_token": token,
+        "last_received_server_event_seq": 0,
+    }
+    async with wire(server.ws_url) as client:
+        await client.send(resume)
+        resumed = await client.recv()
+        assert resumed["type"] == "session.resumed" and resumed["resume_token"] != token
+        replayed = await client.recv()
+        assert replayed["type"] == "session.created"
+        assert replayed["server_event_seq"] == created["server_event_seq"]
+        assert "resume_token" not in replayed
+        assert replayed["session"] == created["session"]
+        await client.send({"type": "session.close"})
+        await client.until("session.closed")

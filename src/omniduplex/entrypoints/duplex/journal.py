@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from itertools import islice
 from typing import Any, ClassVar, Final
 
@@ -137,19 +137,25 @@ class ReplayJournal:
 
     # ---- writing --------------------------------------------------------------------
 
-    def append(self, rendered: dict[str, Any]) -> tuple[int, bytes]:
+    def append(
+        self, rendered: dict[str, Any], *, unkept: Collection[str] = ()
+    ) -> tuple[int, bytes]:
         """Number ``rendered`` (stamped in place as ``server_event_seq``), encode and keep it.
 
         Returns the seq and the exact bytes to send. The dict is the caller's freshly
-        rendered event; its seq is part of it from now on.
+        rendered event; its seq is part of it from now on. Keys in ``unkept`` (secrets) are
+        sent but not kept: a replay has the event without them.
         """
         now = self._clock()
         seq = self._head + 1
         rendered[SEQ_KEY] = seq
         encoded = orjson.dumps(rendered)
+        kept = encoded
+        if any(key in rendered for key in unkept):
+            kept = orjson.dumps({k: v for k, v in rendered.items() if k not in unkept})
         self._head = seq
-        self._entries.append((now, encoded))
-        self._retained += len(encoded) + ENTRY_OVERHEAD_BYTES
+        self._entries.append((now, kept))
+        self._retained += len(kept) + ENTRY_OVERHEAD_BYTES
         self._trim(now)
         return seq, encoded
 

@@ -208,7 +208,8 @@ class RealtimeProtocol:
 
     def _number(self, rendered: dict[str, Any]) -> bytes:
         assert self.journal is not None  # the outbound numbers only once bound
-        return self.journal.append(rendered)[1]
+        # A replayed session.created must not hand out its token: a resume rotated it.
+        return self.journal.append(rendered, unkept=("resume_token",))[1]
 
     # ---- engine events in -----------------------------------------------------------
 

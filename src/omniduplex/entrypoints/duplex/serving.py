@@ -36,6 +36,12 @@ from .session_attachment import DuplexSessionAttachmentRegistry
 log = logging.getLogger(__name__)
 
 REALTIME_SUBPROTOCOL = "realtime"
+# The engine's resume refusals, as the wire says them.
+_RESUME_REFUSALS = {
+    "session_resume_conflict": "session_resume_conflict",
+    "unknown_session": "session_resume_expired",
+    "session_closed": "session_resume_expired",
+}
 
 
 @dataclass(slots=True)
@@ -238,8 +244,12 @@ class RealtimeRoute:
         except JournalGap:
             protocol.resync_required(session_id, "journal_gap")
             return None
-        except (DuplexTransportError, DuplexSessionError) as exc:
-            code = exc.code if isinstance(exc, DuplexTransportError) else "runtime_resume_failed"
+        except DuplexTransportError as exc:
+            protocol.refuse(exc.code, str(exc), event_id=command.event_id)
+            return None
+        except DuplexSessionError as exc:
+            # The engine's refusals a client can act on keep their meaning on the wire.
+            code = _RESUME_REFUSALS.get(exc.code, "runtime_resume_failed")
             protocol.refuse(code, str(exc), event_id=command.event_id)
             return None
         # From ``activate`` to here nothing awaits: no live event can overtake the replay.

@@ -99,9 +99,25 @@ def token_digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
 
+_RESUMED_ELSEWHERE = "session {} was resumed by another connection first"
+
+
 def _matches(digest: bytes | None, presented: bytes) -> bool:
     # Always run the comparison, even against a missing digest, so timing says nothing.
     return hmac.compare_digest(digest or b"\x00" * len(presented), presented) and bool(digest)
+
+
+def _refuse_a_raced_resume(record: SessionAttachment, presented: bytes) -> None:
+    """A resume with the token the last resume presented, while that resume is attached and
+    its client has yet to show it got the new token, lost a race to it: the old token
+    stays valid only for the client whose resumed socket died before the new one got
+    out."""
+    if (
+        record.socket is not None
+        and record.pending_digest is not None
+        and _matches(record.superseded_digest, presented)
+    ):
+        raise SessionResumeConflict(_RESUMED_ELSEWHERE.format(record.session_id))
 
 
 def _accepts(record: SessionAttachment, presented: bytes) -> bool:
@@ -126,6 +142,9 @@ class SessionAttachment:
     # it holds (see the module docstring). Both are SHA-256 digests.
     token_digest: bytes | None = field(default=None, repr=False)
     pending_digest: bytes | None = field(default=None, repr=False)
+    # The token the last resume presented: a second connection presenting it lost a race
+    # to that resume (``session_resume_conflict``), it did not guess a token.
+    superseded_digest: bytes | None = field(default=None, repr=False)
 
     @property
     def attached(self) -> bool:
@@ -263,6 +282,7 @@ class DuplexSessionAttachmentRegistry:
         if not record.resumable:
             raise UnsupportedSessionResume(f"Session does not support resume: {session_id}")
         presented = self._verify(record, token)
+        _refuse_a_raced_resume(record, presented)
         replay = record.journal.replay_after(last_seq)
         return ResumeGrant(
             session_id=session_id,
@@ -292,18 +312,18 @@ class DuplexSessionAttachmentRegistry:
         if record is None:
             raise SessionResumeExpired(f"Unknown or expired duplex session: {grant.session_id}")
         if record.attachment_generation + 1 != grant.generation:
-            raise SessionResumeConflict(
-                f"session {grant.session_id} was resumed by another connection first"
-            )
+            raise SessionResumeConflict(_RESUMED_ELSEWHERE.format(grant.session_id))
         presented = grant.presented_digest
         if not _accepts(record, presented):
             raise InvalidResumeToken("Invalid duplex session resume token")
+        _refuse_a_raced_resume(record, presented)
         replay = record.journal.replay_after(grant.last_seq)
         # Commit. Presenting the pending token proves the client got it: it becomes the
         # confirmed one; otherwise the confirmed token stays valid until confirmation.
         if _matches(record.pending_digest, presented):
             record.token_digest = record.pending_digest
         record.pending_digest = token_digest(grant.new_token)
+        record.superseded_digest = presented
         previous_generation = record.attachment_generation
         record.attachment_generation = grant.generation
         if lease_generation is not None:
@@ -392,6 +412,8 @@ class DuplexSessionAttachmentRegistry:
             raise InvalidResumeToken("Invalid duplex session resume token")
         presented = token_digest(token)
         if not _accepts(record, presented):
+            if _matches(record.superseded_digest, presented):
+                raise SessionResumeConflict(_RESUMED_ELSEWHERE.format(record.session_id))
             raise InvalidResumeToken("Invalid duplex session resume token")
         return presented
 

@@ -246,14 +246,14 @@ class DuplexSessionManager:
         try:
             return runner.touch(activity, expected_generation=expected_generation)
         except LeaseGenerationMismatch as exc:
-            raise DuplexSessionError(str(exc), code="session_resume_conflict") from exc
+            raise _resumed_elsewhere(session_id) from exc
 
     def resume(self, session_id: str, expected_generation: int) -> OpenResult:
         runner = self._require(session_id)
         try:
             generation = runner.resume(expected_generation)
         except LeaseGenerationMismatch as exc:
-            raise DuplexSessionError(str(exc), code="session_resume_conflict") from exc
+            raise _resumed_elsewhere(session_id) from exc
         session = runner.session
         return OpenResult(
             session_id,
@@ -336,3 +336,12 @@ class DuplexSessionManager:
         for session_id in list(self.runners):
             await self.close(session_id, reason)
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _resumed_elsewhere(session_id: str) -> DuplexSessionError:
+    """A lease moved on under a resume: another connection resumed the session first (the
+    lease generations are internal; the client is told what happened)."""
+    return DuplexSessionError(
+        f"session {session_id} was resumed by another connection first",
+        code="session_resume_conflict",
+    )
