@@ -41,6 +41,7 @@ def _serve(args: argparse.Namespace) -> int:
     from ..config.pipeline import load_deploy_config
     from .async_omni import AsyncOmni
     from .duplex_omni import DuplexOmni
+    from .log_redaction import redact_server_logs
     from .openai.api_server import build_app
     from .turn_responses import turn_plugin
 
@@ -74,6 +75,7 @@ def _serve(args: argparse.Namespace) -> int:
         ws="websockets-sansio",
         ws_per_message_deflate=False,
     )
+    redact_server_logs([args.api_key] if args.api_key else [])  # uvicorn's handlers exist now
     _graceful_server_class()(config).run()
     return 0
 
