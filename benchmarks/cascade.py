@@ -61,6 +61,7 @@ from websockets.asyncio.client import connect
 
 from omniduplex.config.pipeline import DEPLOY_DIR, load_deploy_config
 from omniduplex.engine.stage import StageInput
+from omniduplex.entrypoints.cli import uvicorn_config
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
 from omniduplex.entrypoints.openai.api_server import build_app
 from omniduplex.model_executor.models.cascade.asr import AsrStageModel
@@ -130,11 +131,7 @@ def write_deploy(folder: Path, **overrides: Any) -> Path:
 def serve(path: Path) -> Iterator[str]:
     app = build_app(DuplexOmni(load_deploy_config(path)), model_name="cascade")
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio"
-        )
-    )
+    server = uvicorn.Server(uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60

@@ -9,6 +9,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 DEPLOY_DIR = Path(__file__).resolve().parent.parent / "deploy"
 DEFAULT_DEPLOYMENT = "cascade"
@@ -35,8 +36,29 @@ def _graceful_server_class() -> type:
     return GracefulServer
 
 
-def _serve(args: argparse.Namespace) -> int:
+# A WebSocket frame above this is not read: the socket closes with 1009 (message too big).
+# Events up to it are read and, over the codec's MAX_EVENT_BYTES (15 MiB), refused with a
+# typed event_too_large while the socket lives.
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+
+def uvicorn_config(app: Any, *, host: str, port: int, log_level: str) -> Any:
+    """The uvicorn settings every omniduplex server runs with."""
     import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        ws="websockets-sansio",
+        ws_max_size=MAX_FRAME_BYTES,
+        # Audio in base64 does not compress; deflate would only burn CPU on every frame.
+        ws_per_message_deflate=False,
+    )
+
+
+def _serve(args: argparse.Namespace) -> int:
 
     from ..config.pipeline import load_deploy_config
     from .async_omni import AsyncOmni
@@ -66,15 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
             plugin=turn_plugin(pipeline),
         )
     logging.basicConfig(level=args.log_level.upper())
-    # Audio in base64 does not compress; deflate would only burn CPU on every frame.
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        ws="websockets-sansio",
-        ws_per_message_deflate=False,
-    )
+    config = uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level)
     redact_server_logs([args.api_key] if args.api_key else [])  # uvicorn's handlers exist now
     _graceful_server_class()(config).run()
     return 0

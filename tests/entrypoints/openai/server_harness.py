@@ -21,6 +21,7 @@ import uvicorn
 from websockets.asyncio.client import connect
 
 from omniduplex.config.pipeline import load_deploy_config
+from omniduplex.entrypoints.cli import uvicorn_config
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
 from omniduplex.entrypoints.openai.api_server import build_app
 
@@ -72,14 +73,7 @@ def run_server(
 def run_app(app: Any) -> Iterator[RunningServer]:
     """Serve an app built by ``build_app`` on a free loopback port, in a thread."""
     port = free_port()
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        ws="websockets-sansio",
-        ws_per_message_deflate=False,
-    )
+    config = uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import os
 import signal
@@ -13,11 +14,13 @@ import wave
 
 import httpx
 import numpy as np
+import websockets
 from server_harness import TIMEOUT_S, free_port, run_app, run_server, wire
 
 from omniduplex.config.pipeline import load_deploy_config
 from omniduplex.engine.duplex.plugin import load_duplex_plugin
 from omniduplex.entrypoints.async_omni import AsyncOmni
+from omniduplex.entrypoints.cli import MAX_FRAME_BYTES
 from omniduplex.entrypoints.openai.api_server import build_app
 
 
@@ -112,3 +115,17 @@ async def test_a_frame_above_the_limit_is_refused_and_the_socket_lives() -> None
             assert (await client.until("session.heartbeat_ack"))[-1]["type"] == (
                 "session.heartbeat_ack"
             )
+
+
+async def test_a_frame_above_the_websocket_limit_closes_the_socket_1009() -> None:
+    with run_server("loopback-fast") as server:
+        async with wire(server.ws_url + "?model=loopback") as client:
+            await client.recv()
+            huge = "A" * (MAX_FRAME_BYTES + 1)
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await client.ws.send(huge)
+                await client.recv()
+            assert client.ws.close_code == 1009
+        # Only that socket: the server goes on.
+        async with wire(server.ws_url + "?model=loopback") as other:
+            assert (await other.recv())["type"] == "session.created"
