@@ -59,12 +59,11 @@ def uvicorn_config(app: Any, *, host: str, port: int, log_level: str) -> Any:
 
 
 def _serve(args: argparse.Namespace) -> int:
-
     from ..config.pipeline import load_deploy_config
     from .async_omni import AsyncOmni
     from .duplex_omni import DuplexOmni
-    from .log_redaction import redact_server_logs
     from .openai.api_server import build_app
+    from .server_logging import configure_server_logs
     from .turn_responses import turn_plugin
 
     try:
@@ -89,7 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
         )
     logging.basicConfig(level=args.log_level.upper())
     config = uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level)
-    redact_server_logs([args.api_key] if args.api_key else [])  # uvicorn's handlers exist now
+    configure_server_logs([args.api_key] if args.api_key else [])  # uvicorn's handlers exist now
     _graceful_server_class()(config).run()
     return 0
 

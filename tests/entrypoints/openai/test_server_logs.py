@@ -1,17 +1,20 @@
-"""No API key reaches the server's logs, at any level, however the client sent it."""
+"""The server's logs: no API key at any level, however the client sent it, and no
+traceback for a client's bad frame."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import subprocess
 import sys
 
 import httpx
+import orjson
 import websockets
 from server_harness import TIMEOUT_S, free_port
 
-from omniduplex.entrypoints.log_redaction import REDACTED, RedactingFilter, redact
+from omniduplex.entrypoints.server_logging import REDACTED, RedactingFilter, redact
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -64,3 +67,39 @@ async def test_a_debug_level_server_logs_no_key() -> None:
         output = process.communicate(timeout=TIMEOUT_S)[0].decode()
     assert "authorization" in output.lower()  # the headers were logged...
     assert KEY not in output  # ...without the key
+
+
+async def test_text_frames_that_are_not_utf8_close_1007_with_one_line_each() -> None:
+    port = free_port()
+    command = [sys.executable, "-m", "omniduplex.entrypoints.cli", "serve", "loopback-fast"]
+    command += ["--port", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"ws://127.0.0.1:{port}/v1/realtime?model=loopback"
+    codes = []
+    try:
+        for _ in range(300):
+            try:
+                async with websockets.connect(url) as ws:
+                    await asyncio.wait_for(ws.recv(), TIMEOUT_S)
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        for queued in (1, 5):
+            async with websockets.connect(url) as ws:
+                await asyncio.wait_for(ws.recv(), TIMEOUT_S)
+                for _ in range(queued):
+                    await ws.send(b"\xff", text=True)
+                with contextlib.suppress(websockets.ConnectionClosed):
+                    while True:
+                        await asyncio.wait_for(ws.recv(), TIMEOUT_S)
+                codes.append(ws.close_code)
+        async with websockets.connect(url) as ws:  # the server goes on
+            assert orjson.loads(await asyncio.wait_for(ws.recv(), TIMEOUT_S))["type"] == (
+                "session.created"
+            )
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=TIMEOUT_S)[0].decode()
+    assert codes == [1007, 1007]
+    assert "Traceback" not in output
+    assert output.count("not UTF-8") == 2, output
