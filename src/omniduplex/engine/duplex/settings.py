@@ -44,6 +44,10 @@ _ECHOED = (
 
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# Bounds on numeric settings: a millisecond knob past an hour is a mistake, and any
+# number a session echoes must fit the wire's JSON (64-bit integers).
+_LONGEST_MS = 3_600_000
+_LARGEST_SETTING = 1e12
 _TOOL_CHOICES = ("auto", "none", "required")
 
 
@@ -96,10 +100,12 @@ def check_tool_choice(raw: Any, param: str = "tool_choice") -> Any:
     )
 
 
-def _number(raw: Any, param: str, *, minimum: float = 0.0) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw < minimum:
+def _number(
+    raw: Any, param: str, *, minimum: float = 0.0, maximum: float = _LARGEST_SETTING
+) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not minimum <= raw <= maximum:
         raise RealtimeProtocolError(
-            f"{param} must be a number >= {minimum:g}", "bad_event", param=param
+            f"{param} must be a number from {minimum:g} to {maximum:g}", "bad_event", param=param
         )
     return float(raw)
 
@@ -263,10 +269,10 @@ class SessionSettings:
                 changes["output_audio_pacing"] = pacing
             for key in ("overlap_short_ack_ms", "overlap_barge_in_ms", "output_audio_lead_ms"):
                 if source.get(key) is not None:
-                    changes[key] = int(_number(source[key], key))
+                    changes[key] = int(_number(source[key], key, maximum=_LONGEST_MS))
             if source.get("overlap_silence_rms") is not None:
                 changes["overlap_silence_rms"] = _number(
-                    source["overlap_silence_rms"], "overlap_silence_rms"
+                    source["overlap_silence_rms"], "overlap_silence_rms", maximum=1.0
                 )
         if "auto_response" in extra:
             changes["auto_response"] = bool(extra["auto_response"])

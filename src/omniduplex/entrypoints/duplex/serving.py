@@ -166,7 +166,7 @@ class RealtimeRoute:
             handle = await self.omni.open_session(request.payload)
         except DuplexSessionError as exc:
             self.metrics.rejected.labels(exc.code).inc()
-            protocol.refuse(exc.code, str(exc))
+            protocol.refuse(exc.code, str(exc), param=exc.param)
             await conn.drain()
             return None
         session_id = handle.session_id

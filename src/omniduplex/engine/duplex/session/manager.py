@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from ....protocol.duplex import RealtimeProtocolError
 from ....protocol.duplex import commands as cmd
 from ....protocol.duplex import events as ev
 from ..contracts import SessionStages
@@ -35,12 +36,20 @@ EventSink = Callable[[str, Any], None]
 
 
 class DuplexSessionError(RuntimeError):
-    """A session-level refusal with a wire error code."""
+    """A session-level refusal with a wire error code (and the field it is about)."""
 
-    def __init__(self, message: str, *, code: str = "internal_error", retryable: bool = False):
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "internal_error",
+        retryable: bool = False,
+        param: str | None = None,
+    ):
         super().__init__(message)
         self.code = code
         self.retryable = retryable
+        self.param = param
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +178,9 @@ class DuplexSessionManager:
                 public_session=settings.public_object(session),
                 capabilities=self.capabilities.as_dict(),
             )
-        except DuplexRuntimeConfigError as exc:
-            raise DuplexSessionError(str(exc), code=exc.code) from exc
+        except (DuplexRuntimeConfigError, RealtimeProtocolError) as exc:
+            # A setting the client sent: its own code and field, as on session.update.
+            raise DuplexSessionError(str(exc), code=exc.code, param=exc.param) from exc
         except (ValueError, TypeError) as exc:
             code = getattr(exc, "code", "invalid_session_config")
             raise DuplexSessionError(str(exc), code=code) from exc
