@@ -63,6 +63,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .async_omni import AsyncOmni
     from .duplex_omni import DuplexOmni
     from .openai.api_server import build_app
+    from .openai.origins import OriginPolicy
     from .server_logging import configure_server_logs
     from .turn_responses import turn_plugin
 
@@ -75,8 +76,13 @@ def _serve(args: argparse.Namespace) -> int:
         session = {**pipeline.duplex_session, "max_sessions": args.max_sessions}
         pipeline = dataclasses.replace(pipeline, duplex_session=session)
     model_name = pipeline.served_model_name or pipeline.name
+    origins = OriginPolicy.for_bind(
+        args.host, allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin
+    )
     if pipeline.session_mode == "duplex":
-        app = build_app(DuplexOmni(pipeline), api_key=args.api_key, model_name=model_name)
+        app = build_app(
+            DuplexOmni(pipeline), api_key=args.api_key, model_name=model_name, origins=origins
+        )
     else:
         # Turn-based: the same stages through AsyncOmni; the model's plugin (if it has one)
         # only plans chat requests and reads their outputs.
@@ -85,6 +91,7 @@ def _serve(args: argparse.Namespace) -> int:
             api_key=args.api_key,
             model_name=model_name,
             plugin=turn_plugin(pipeline),
+            origins=origins,
         )
     logging.basicConfig(level=args.log_level.upper())
     config = uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level)
@@ -106,6 +113,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--api-key", default=None, help="require this key on every route")
     serve.add_argument("--max-sessions", type=int, default=None)
     serve.add_argument("--log-level", default="info")
+    serve.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        help="a web origin whose pages may call the server (repeatable; * for any); "
+        "the server's own page always may",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        help="a Host name the server answers to (repeatable; * for any); default: the "
+        "loopback names when bound to a loopback address, any otherwise",
+    )
     bench = commands.add_parser("bench", help="load-test a Realtime server (omniduplex.bench)")
     from ..bench.cli import add_arguments as add_bench_arguments
 

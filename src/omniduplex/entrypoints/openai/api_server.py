@@ -6,7 +6,8 @@ second speaks our Tier 3 extensions from the start, the first only once the clie
 answers both that the Realtime API is not available.
 Every route the deployment does not serve answers a JSON 404 that names it. With an API
 key, every route requires it: ``Authorization: Bearer <key>``, or for browsers the
-WebSocket subprotocol ``openai-insecure-api-key.<key>``.
+WebSocket subprotocol ``openai-insecure-api-key.<key>``. Every route also checks the
+``Host`` header and, when a browser sent one, the ``Origin`` (``origins.OriginPolicy``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request, WebSocket
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -31,6 +33,7 @@ from ..turn_responses import DuplexModelPlugin, turn_responder
 from ..web.static_routes import mount_web_page
 from .audio_routes import register_audio_routes
 from .metrics import RequestMetricsMiddleware, ServerMetrics
+from .origins import OriginPolicy
 
 API_KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
 
@@ -59,6 +62,16 @@ def _subprotocol_key(websocket: WebSocket) -> str | None:
     return None
 
 
+def _refused_by(policy: OriginPolicy, headers: Any) -> tuple[str, str] | None:
+    """``(code, message)`` when the request's Host or Origin is not allowed."""
+    if not policy.host_allowed(headers):
+        return "host_not_allowed", f"this server does not answer to {headers.get('host')!r}"
+    if not policy.origin_allowed(headers):
+        origin = headers.get("origin")
+        return "origin_not_allowed", f"pages from {origin!r} may not call this server"
+    return None
+
+
 def _echoed_subprotocol(websocket: WebSocket) -> str | None:
     """``realtime`` when the client offered it: a browser drops a handshake that does
     not echo one of its subprotocols, and would never see our error event."""
@@ -72,13 +85,17 @@ def build_app(
     api_key: str | None = None,
     model_name: str,
     plugin: DuplexModelPlugin | None = None,
+    origins: OriginPolicy | None = None,
 ) -> FastAPI:
     """The server for one deployment; ``omni`` is started by the app's lifespan.
 
     A ``DuplexOmni`` (``session_mode: duplex``) serves Realtime sessions and chat
     completions; a plain ``AsyncOmni`` (``session_mode: turn``) serves the turn-based
     routes only (chat completions through ``plugin``, when the model has one).
+    ``origins``: which hosts and web origins may reach it (default: any; ``omniduplex
+    serve`` passes the policy of its bind address).
     """
+    policy = origins or OriginPolicy.open()
     duplex = isinstance(omni, DuplexOmni)
     handler_box: dict[str, RealtimeRoute] = {}
     metrics = ServerMetrics()
@@ -108,6 +125,9 @@ def build_app(
 
     @app.middleware("http")
     async def require_key(request: Request, call_next: Any) -> Any:
+        refusal = _refused_by(policy, request.headers)
+        if refusal is not None:
+            return _error_body(*refusal, 403)
         presented = _bearer(request.headers.get("authorization"))
         guarded = api_key is not None and request.url.path != "/health"
         if guarded and not _key_matches(presented, api_key):
@@ -162,6 +182,12 @@ def build_app(
     register_audio_routes(app, omni, model_name=model_name)  # cascade ASR / TTS routes
 
     async def realtime(websocket: WebSocket, *, alias: bool) -> None:
+        refusal = _refused_by(policy, websocket.headers)
+        if refusal is not None:
+            await websocket.accept(subprotocol=_echoed_subprotocol(websocket))
+            await websocket.send_json(ErrorEvent.build(*refusal).to_realtime("ga"))
+            await websocket.close(code=1008, reason=refusal[0])
+            return
         if api_key is not None:
             presented = _bearer(websocket.headers.get("authorization")) or _subprotocol_key(
                 websocket
@@ -200,5 +226,12 @@ def build_app(
         await realtime(websocket, alias=True)
 
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    if policy.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=policy.cors_origins,
+            allow_methods=["*"],
+            allow_headers=["*"],
+        )
     mount_web_page(app)  # the talk page at / (outermost: a page load carries no key)
     return app

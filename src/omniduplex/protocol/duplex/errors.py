@@ -52,6 +52,8 @@ ERROR_CLASS_BY_CODE: Final = MappingProxyType(
         "invalid_resume_token": _CLIENT,
         "session_resume_conflict": _CLIENT,
         "unauthorized": _CLIENT,
+        "host_not_allowed": _CLIENT,
+        "origin_not_allowed": _CLIENT,
         "route_not_available": _CLIENT,
         "http_error": _CLIENT,
         "resource_exhausted": _RATE,
