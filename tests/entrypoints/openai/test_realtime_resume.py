@@ -265,3 +265,43 @@ async def test_a_replay_from_the_start_hands_out_no_resume_token(server) -> None
         assert replayed["session"] == created["session"]
         await client.send({"type": "session.close"})
         await client.until("session.closed")
+
+
+async def _open_and_drop(url: str) -> tuple[str, str]:
+    """A session whose socket then drops: detached, inside its disconnect grace."""
+    ctx, _, created = await _open(url)
+    await ctx.__aexit__(None, None, None)
+    return created["session"]["id"], created["resume_token"]
+
+
+async def _resume_answer(url: str, session_id: str, token: str) -> dict:
+    async with wire(url) as client:
+        resume = {"type": "session.resume", "session_id": session_id, "resume_token": token}
+        await client.send(resume)
+        return await client.recv()
+
+
+async def test_when_full_a_new_session_takes_the_longest_detached_slot() -> None:
+    with run_server("loopback-fast", max_sessions=2) as small:
+        older = await _open_and_drop(small.ws_url)
+        newer = await _open_and_drop(small.ws_url)
+        ctx, _, _ = await _open(small.ws_url)  # full: the older one makes way
+        answer = await _resume_answer(small.ws_url, *older)
+        assert answer["error"]["code"] == "session_resume_expired", answer
+        resumed = await _resume_answer(small.ws_url, *newer)  # the newer one lives on
+        assert resumed["type"] == "session.resumed"
+        await ctx.__aexit__(None, None, None)
+
+
+async def test_when_full_with_none_detached_or_eviction_off_a_new_session_is_refused() -> None:
+    for when_full, drop in (("evict_detached", False), ("refuse", True)):
+        with run_server("loopback-fast", max_sessions=1, when_full=when_full) as small:
+            ctx, _, _ = await _open(small.ws_url)
+            if drop:
+                await ctx.__aexit__(None, None, None)
+            async with wire(small.ws_url) as late:
+                await late.send({"type": "session.update", "session": {}})
+                refused = await late.recv()
+            assert refused["error"]["code"] == "resource_exhausted", refused
+            if not drop:
+                await ctx.__aexit__(None, None, None)

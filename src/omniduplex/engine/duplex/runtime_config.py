@@ -12,6 +12,12 @@ response's audio at real time plus the lead, ``none`` as fast as it is generated
 the engine ahead of its playout (base64 text; 8 MiB is about 130 s of 24 kHz pcm16): a
 response that generates more than that ahead of real time fails with
 ``output_audio_backlog_full``.
+
+``when_full`` is what a new session finds when ``max_sessions`` are admitted: ``refuse``
+answers ``resource_exhausted``; ``evict_detached`` (the default) gives it the slot of the
+session that has been detached longest (its socket dropped, still inside its
+``disconnect_grace_s``), which ends with ``session.expired``, reason
+``evicted_for_new_session``; with none detached, the new session is refused.
 """
 
 from __future__ import annotations
@@ -20,7 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-_CHECKED_APART = frozenset({"idle_ttl_s", "output_audio_pacing", "output_audio_lead_ms"})
+_CHECKED_APART = frozenset(
+    {"idle_ttl_s", "output_audio_pacing", "output_audio_lead_ms", "when_full"}
+)
+WHEN_FULL = ("refuse", "evict_detached")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +50,15 @@ class DuplexSessionRuntimeConfig:
     output_audio_pacing: str = "realtime"
     output_audio_lead_ms: int = 300
     max_unplayed_output_bytes_per_session: int = 8 * 1024 * 1024
+    when_full: str = "evict_detached"
 
     def __post_init__(self) -> None:
         if self.idle_ttl_s is not None and self.idle_ttl_s <= 0:
             raise ValueError("duplex_session.idle_ttl_s must be positive or null")
         if self.output_audio_pacing not in ("realtime", "none"):
             raise ValueError("duplex_session.output_audio_pacing must be realtime or none")
+        if self.when_full not in WHEN_FULL:
+            raise ValueError(f"duplex_session.when_full must be one of {', '.join(WHEN_FULL)}")
         lead = self.output_audio_lead_ms
         if isinstance(lead, bool) or not isinstance(lead, int) or lead < 0:
             raise ValueError("duplex_session.output_audio_lead_ms must be an integer >= 0")

@@ -115,6 +115,8 @@ class DuplexSessionManager:
                 f"Duplex session already exists: {session_id}", code="session_exists"
             )
         if self.admitted >= self.runtime.max_sessions:
+            await self._evict_for(session_id)
+        if self.admitted >= self.runtime.max_sessions:
             raise DuplexSessionError(
                 f"duplex_session_capacity_exhausted: limit={self.runtime.max_sessions}",
                 code="resource_exhausted",
@@ -188,6 +190,21 @@ class DuplexSessionManager:
             # A cancelled open (the client went away) releases its slot here.
             self._admitting.discard(session_id)
             self._abandoned.discard(session_id)
+
+    async def _evict_for(self, session_id: str) -> None:
+        """Full: under ``when_full: evict_detached`` the longest-detached session makes
+        way for ``session_id`` (``runtime_config.py``)."""
+        if self.runtime.when_full != "evict_detached":
+            return
+        detached = [
+            (runner.session.lease.detached_at, sid)
+            for sid, runner in self.runners.items()
+            if runner.session.lease.detached_at is not None and not runner.closing
+        ]
+        if detached:
+            _, oldest = min(detached)
+            log.info("session %s: evicted (detached) to admit %s", oldest, session_id)
+            await self.close(oldest, "evicted_for_new_session", expired=True)
 
     def abandon_open(self, session_id: str) -> None:
         if session_id in self._admitting:
