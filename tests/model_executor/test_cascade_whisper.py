@@ -185,40 +185,38 @@ def test_a_short_window_hears_the_words_the_full_window_hears(speech, whisper_mo
     assert errors / words <= 0.05, errors
 
 
+@pytest.fixture
+def full_decodes(monkeypatch) -> list[int]:
+    """The sizes of the audio ``transcribe_full`` is asked to decode, in order."""
+    sizes: list[int] = []
+    real_full = whisper_asr.transcribe_full
+
+    def counting_full(model, audio):
+        sizes.append(audio.size)
+        return real_full(model, audio)
+
+    monkeypatch.setattr(whisper_asr, "transcribe_full", counting_full)
+    return sizes
+
+
 def test_text_that_loops_is_decoded_again_in_full_windows(
-    speech, whisper_model, monkeypatch
+    speech, whisper_model, monkeypatch, full_decodes
 ) -> None:
     assert whisper_asr._repeats_itself("What time is it? What time is it? What time")
     assert not whisper_asr._repeats_itself("Please tell me a story about the sea.")
     # A window too short for Whisper makes it loop; the fallback still gets the words.
     monkeypatch.setattr(whisper_asr, "SHORT_WINDOW_S", 0.0)
     monkeypatch.setattr(whisper_asr, "TRAILING_WINDOW_S", 0.0)
-    full_decodes = []
-    real_full = whisper_asr.transcribe_full
-
-    def counting_full(model, audio):
-        full_decodes.append(audio.size)
-        return real_full(model, audio)
-
-    monkeypatch.setattr(whisper_asr, "transcribe_full", counting_full)
     heard = [whisper_asr.transcribe_window(whisper_model, audio) for audio in speech[:5]]
     assert full_decodes, heard
     assert not any(whisper_asr._repeats_itself(text) for text in heard), heard
 
 
 def test_audio_longer_than_a_short_window_is_decoded_in_full_windows(
-    speech, whisper_model, monkeypatch
+    speech, whisper_model, full_decodes
 ) -> None:
     long = np.concatenate(speech[:14])  # about 28 s: no room left for the padding
     assert long.size / RATE + whisper_asr.TRAILING_WINDOW_S > whisper_asr.FULL_WINDOW_S
-    full_decodes = []
-    real_full = whisper_asr.transcribe_full
-
-    def counting_full(model, audio):
-        full_decodes.append(audio.size)
-        return real_full(model, audio)
-
-    monkeypatch.setattr(whisper_asr, "transcribe_full", counting_full)
     text = whisper_asr.transcribe_window(whisper_model, long)
     assert full_decodes == [long.size]
     assert "story about the sea" in text.lower(), text

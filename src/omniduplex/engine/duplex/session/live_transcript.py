@@ -229,11 +229,11 @@ class LiveTranscription(Transcripts):
         try:
             # Only a plugin that drafts replies is asked with a preview (older ones keep
             # the signature they were written against).
-            draft: dict[str, Any] = {}
+            extra: dict[str, Any] = {}
             if opening and plugin.drafts_replies:
-                draft["preview"] = self.ctx.responses.preview_request()
+                extra["preview"] = self.ctx.responses.preview_request()
             data = plugin.plan_utterance_audio(
-                self.session.model_state, samples, opening=opening, **draft
+                self.session.model_state, samples, opening=opening, **extra
             )
             self.ctx.stage.submit(StageSubmission(utterance.request_id, 0, data))
         except Exception as exc:
