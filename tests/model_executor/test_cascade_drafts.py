@@ -84,6 +84,34 @@ def test_a_draft_is_answered_at_once_but_its_transcript_and_end_wait_for_the_com
     assert (responder.drafts_confirmed, responder.drafts_dropped) == (1, 0)
 
 
+def test_a_draft_confirmed_before_it_was_stepped_still_sends_its_transcript() -> None:
+    # A loaded ASR stage may send the draft and the final transcript in one step: the
+    # quick rule answer's end is then already queued when the commit confirms the draft.
+    responder = ResponderStageModel(responder="rules", responder_now=NOW)
+    responder.add_request("r", StageInput(draft_data("What is your name?")))
+    responder.update_request("r", StageInput(response_data("What is your name?"), final=True))
+    outputs = drain(responder)
+    assert kinds(outputs) == ["draft", "transcript", "reply"]
+    assert outputs[-1].data["text"] == NAME_ANSWER and outputs[-1].finished
+    assert outputs[1].data["response_id"] == "resp_1"
+
+
+def test_a_draft_confirmed_before_it_was_stepped_is_spoken_through_tts() -> None:
+    responder = ResponderStageModel(responder="rules", responder_now=NOW)
+    tts = TtsStageModel(tts="espeak")
+    responder.add_request("r", StageInput(draft_data("What is your name?")))
+    responder.update_request("r", StageInput(response_data("What is your name?"), final=True))
+    for output in drain(responder):
+        data = StageInput(output.data, final=output.finished)
+        if "r" in tts._speech:
+            tts.update_request("r", data)
+        else:
+            tts.add_request("r", data)
+    spoken = drain(tts)
+    assert kinds(spoken)[0] == "transcript"
+    assert spoken[-1].finished and spoken[-1].data.get("end_of_turn")
+
+
 def test_a_draft_that_answered_another_question_is_dropped() -> None:
     responder = ResponderStageModel(responder="rules", responder_now=NOW)
     responder.add_request("r", StageInput(draft_data("What is your name?")))

@@ -306,10 +306,14 @@ class _Reply:
     thread: threading.Thread | None = None
     started_at: float = 0.0
     first_token_at: float | None = None
-    # A draft's: what it answers (``key``) and its last output, kept until confirmed.
+    # A draft's: what it answers (``key``) and its last output, kept until confirmed;
+    # once confirmed, its transcript, which goes out behind the draft marker and ahead of
+    # the end (the outbox may already hold a quick draft's end when the commit comes).
     draft: bool = False
     key: Any = None
     withheld_end: dict[str, Any] | None = None
+    marker_sent: bool = False
+    confirmation: dict[str, Any] | None = None
 
 
 class ResponderStageModel(StageModel):
@@ -387,10 +391,7 @@ class ResponderStageModel(StageModel):
         trace = dict(meta.get("trace") or {})
         trace["responder_drafted_s"] = self._clock() - reply.started_at
         reply.meta = {**meta, "trace": trace}
-        reply.outbox.put(self._transcript(meta))
-        if reply.withheld_end is not None:
-            reply.outbox.put(reply.withheld_end)
-            reply.withheld_end = None
+        reply.confirmation = self._transcript(meta)
 
     def _key(self, meta: Mapping[str, Any]) -> Any:
         """What a reply's words depend on; ``None`` when it cannot be drafted."""
@@ -547,7 +548,11 @@ class ResponderStageModel(StageModel):
         reply.outbox.put({"kind": "reply", "text": "", "final": True, "_final": True})
 
     def ready_request_ids(self) -> list[str]:
-        return [rid for rid, reply in self._replies.items() if not reply.outbox.empty()]
+        return [
+            rid
+            for rid, reply in self._replies.items()
+            if not reply.outbox.empty() or reply.confirmation is not None
+        ]
 
     def wake_after_s(self) -> float | None:
         if any(reply.thread is not None for reply in self._replies.values()):
@@ -565,10 +570,18 @@ class ResponderStageModel(StageModel):
                 try:
                     data = reply.outbox.get_nowait()
                 except queue.Empty:
-                    break
-                if reply.draft and data.get("_final"):
-                    reply.withheld_end = data  # a draft ends only once confirmed
-                    break
+                    data = self._confirmed_end(reply)
+                    if data is None:
+                        break
+                if data.get("kind") == "draft":
+                    reply.marker_sent = True
+                elif data.get("_final"):
+                    if reply.draft:
+                        reply.withheld_end = data  # a draft ends only once confirmed
+                        break
+                    if reply.confirmation is not None:
+                        outputs.append(self.output(request_id, reply.confirmation))
+                        reply.confirmation = None
                 final = bool(data.pop("_final", False))
                 if data.get("kind") == "reply":
                     if reply.first_token_at is None:
@@ -585,6 +598,17 @@ class ResponderStageModel(StageModel):
                 if final:
                     break
         return outputs
+
+    def _confirmed_end(self, reply: _Reply) -> dict[str, Any] | None:
+        """With the outbox drained: a confirmed draft's transcript (once its marker is
+        out), then its withheld end."""
+        if reply.confirmation is not None and reply.marker_sent:
+            confirmation, reply.confirmation = reply.confirmation, None
+            return confirmation
+        if reply.confirmation is None and not reply.draft and reply.withheld_end is not None:
+            end, reply.withheld_end = reply.withheld_end, None
+            return end
+        return None
 
 
 def _passed_on(meta: Mapping[str, Any]) -> dict[str, Any]:
