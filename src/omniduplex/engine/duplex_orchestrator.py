@@ -11,7 +11,9 @@ turn-based requests still work on a duplex deployment) and implements the
   partial transcript from stage 0) go to the session's mailbox through
   ``DuplexSessionManager.on_stage_output``; a request that no stage holds any more, or
   whose finished output went to its owner, is forgotten (later stages aborted);
-- a dead worker ends the sessions whose requests it held;
+- a dead worker ends the sessions whose requests it held; a dead engine (a stage's
+  restart budget spent) ends every session with ``engine_unavailable`` before it reports
+  ``EngineDead``, and refuses new ones with ``EngineDeadError``;
 - a turn response (``StartTurnResponse``: a chat completion, no session) is planned with
   the plugin, run as a request owned by ``TURN_RESPONSE_OWNER``, and each of its stage
   outputs is projected with the plugin's data plane here, so the caller receives model
@@ -61,6 +63,7 @@ from .duplex.turn_response import (
     TurnResponseRequest,
     stage_failure,
 )
+from .errors import EngineDeadError
 from .orchestrator import Orchestrator, OutputSink, RequestState
 from .stage.handle import StageHandle
 from .stage.messages import StageInput, StageOutput, WorkerDied
@@ -280,8 +283,23 @@ class DuplexOrchestrator(Orchestrator, SessionStages):
         for request_id in turns:
             failure = stage_failure(reason)
             self._emit(TurnResponseOutput.failed(request_id, failure, stage_index=stage.index))
-        if owned:
+        # A worker that will not be restarted takes the engine down with it, and that
+        # ends every session (``_on_engine_dead``), these included, with one reason.
+        if owned and stage.can_restart:
             self._spawn(self.manager.close_sessions_of_requests(owned, reason))
+
+    def _on_engine_dead(self, reason: str) -> None:
+        self._spawn(self._close_sessions_then_report_dead(reason))
+
+    async def _close_sessions_then_report_dead(self, reason: str) -> None:
+        # EngineDead goes last: a caller that sees it fails whatever it still holds, so
+        # each session's error and session.closed must be on their way before it.
+        try:
+            await self.manager.close_all_failed(
+                "engine_unavailable", f"the model engine is unavailable: {reason}"
+            )
+        finally:
+            super()._on_engine_dead(reason)
 
     # ---- client messages ---------------------------------------------------------------
 
@@ -304,8 +322,14 @@ class DuplexOrchestrator(Orchestrator, SessionStages):
         manager = self.manager
         if isinstance(message, OpenSessionMessage):
             if self._dead_reason is not None:
-                raise RuntimeError(self._dead_reason)
-            return await manager.open(message.session_id, message.session)
+                raise EngineDeadError(self._dead_reason)
+            result = await manager.open(message.session_id, message.session)
+            if self._dead_reason is not None:
+                # The engine died while this session was admitted (the open awaits), so
+                # the close of every session missed it.
+                await manager.close(message.session_id, "engine_unavailable")
+                raise EngineDeadError(self._dead_reason)
+            return result
         if isinstance(message, CloseSessionMessage):
             return await manager.close(message.session_id, message.reason)
         if isinstance(message, ResumeSessionMessage):

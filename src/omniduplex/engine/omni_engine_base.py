@@ -126,10 +126,15 @@ class OmniEngineBase(ABC):
 
     @property
     def alive(self) -> bool:
-        return self.running and self._dead_reason is None
+        return self.running and self.dead_reason is None
 
     @property
     def dead_reason(self) -> str | None:
+        """Why the engine can serve nothing more, from the moment the orchestrator knows
+        (``EngineDead`` reaches ``outputs`` only after the sessions it ends)."""
+        orchestrator = self._orchestrator
+        if self._dead_reason is None and orchestrator is not None:
+            return orchestrator.dead_reason
         return self._dead_reason
 
     @property

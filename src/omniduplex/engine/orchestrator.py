@@ -5,10 +5,11 @@ submission (first input of a request on a stage opens it, later ones update it),
 of a stage's outputs to the next stage or to the output sink, abort across stages, and
 worker death. Subclasses change behaviour only through the template seams
 (``_dispatch_message``, ``_handle_rpc``, ``_intercept_stage_output``,
-``_build_next_stage_input``, ``_on_worker_died``, ``_on_request_finished``,
-``_background_tasks``, ``_shutdown_extensions``). ``Orchestrator`` adds turn-based
-admission: a client's ``AddRequest`` enters stage 0, an ``AddStageRequest`` (a stage task,
-``stage/tasks.py``) enters the stage it names and ends there.
+``_build_next_stage_input``, ``_on_worker_died``, ``_on_engine_dead``,
+``_on_request_finished``, ``_background_tasks``, ``_shutdown_extensions``).
+``Orchestrator`` adds turn-based admission: a client's ``AddRequest`` enters stage 0, an
+``AddStageRequest`` (a stage task, ``stage/tasks.py``) enters the stage it names and ends
+there.
 
 Everything here runs on the orchestrator loop; nothing is locked.
 """
@@ -231,6 +232,14 @@ class OrchestratorBase:
                 stage_index=stage.index,
             )
 
+    def _on_engine_dead(self, reason: str) -> None:
+        """The engine can serve nothing more (every open request has failed): say so.
+
+        Called once. An override that ends its own work first (sessions) must still emit
+        ``EngineDead`` when it is done: callers stop listening for anything else then.
+        """
+        self._emit(EngineDead(reason))
+
     def _on_request_finished(self, request_id: str) -> None:
         """A request left the orchestrator (finished, failed or aborted); called once."""
 
@@ -249,6 +258,8 @@ class OrchestratorBase:
 
     @property
     def dead_reason(self) -> str | None:
+        """Why the engine can serve nothing more; set once, on this loop, and safe to
+        read from any thread."""
         return self._dead_reason
 
     def stage(self, index: int) -> StageHandle:
@@ -490,7 +501,7 @@ class OrchestratorBase:
         self._dead_reason = reason
         for request_id in list(self._requests):
             self._fail_request(request_id, reason)
-        self._emit(EngineDead(reason))
+        self._on_engine_dead(reason)
 
 
 class Orchestrator(OrchestratorBase):

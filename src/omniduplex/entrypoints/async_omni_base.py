@@ -28,11 +28,25 @@ class AsyncOmniBase(OmniBase):
         self._start_lock: asyncio.Lock | None = None
         self._closed = False
         self._dead_reason: str | None = None
+        self._dead = asyncio.Event()
         super().__init__(pipeline, **engine_kwargs)
 
     @property
     def started(self) -> bool:
         return self._pump_task is not None
+
+    @property
+    def dead_reason(self) -> str | None:
+        """Why the engine can serve nothing more (a stage's restart budget is spent), or
+        None while it serves."""
+        return self._dead_reason or self.engine.dead_reason
+
+    async def wait_dead(self) -> str:
+        """Wait until the engine has died and everything waiting on it has been failed
+        (sessions closed); returns why."""
+        await self._dead.wait()
+        assert self._dead_reason is not None
+        return self._dead_reason
 
     async def start(self) -> None:
         """Start the engine (idempotent); raises ``EngineStartupError`` if a stage fails.
@@ -76,8 +90,10 @@ class AsyncOmniBase(OmniBase):
         return False
 
     def _on_engine_dead(self, reason: str) -> None:
-        """The engine can serve nothing more; subclasses fail what is waiting on it."""
+        """The engine can serve nothing more; subclasses fail what is waiting on it
+        (then ``wait_dead`` returns)."""
         self._dead_reason = reason
+        self._dead.set()
 
     async def shutdown(self) -> None:
         """Stop the pump and the engine. Idempotent."""

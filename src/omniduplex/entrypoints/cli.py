@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import logging
 import sys
@@ -19,14 +20,44 @@ def _deployments() -> list[str]:
     return sorted(path.stem for path in DEPLOY_DIR.glob("*.yaml"))
 
 
+# The exit status of a server stopped because its engine died (``--exit-on-engine-failure``).
+ENGINE_FAILURE_EXIT_CODE = 1
+
+
 def _graceful_server_class() -> type:
     import uvicorn
 
     class GracefulServer(uvicorn.Server):
         """On SIGTERM, sessions get ``session.closed`` (reason ``shutdown``) before uvicorn
-        drops the sockets."""
+        drops the sockets. With ``exit_on_engine_failure``, an engine that dies (a stage's
+        restart budget spent) stops the server once its sessions are closed, and
+        ``engine_failure`` says why."""
+
+        def __init__(self, config: Any, *, exit_on_engine_failure: bool = False) -> None:
+            super().__init__(config)
+            self.exit_on_engine_failure = exit_on_engine_failure
+            self.engine_failure: str | None = None
+            self._engine_watch: asyncio.Task[None] | None = None
+
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)  # the app's lifespan has started the engine
+            omni = getattr(getattr(self.config.app, "state", None), "omni", None)
+            if self.exit_on_engine_failure and omni is not None and not self.should_exit:
+                self._engine_watch = asyncio.create_task(self._exit_when_engine_dies(omni))
+
+        async def _exit_when_engine_dies(self, omni: Any) -> None:
+            self.engine_failure = await omni.wait_dead()
+            logging.getLogger(__name__).error(
+                "the engine failed (%s); exiting with status %d so a supervisor restarts "
+                "the server (--no-exit-on-engine-failure keeps it up, /health answering 503)",
+                self.engine_failure,
+                ENGINE_FAILURE_EXIT_CODE,
+            )
+            self.should_exit = True
 
         async def shutdown(self, sockets=None) -> None:
+            if self._engine_watch is not None:
+                self._engine_watch.cancel()
             app = self.config.app
             handler = getattr(getattr(app, "state", None), "handlers", {}).get("handler")
             if handler is not None:
@@ -96,8 +127,9 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper())
     config = uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level)
     configure_server_logs([args.api_key] if args.api_key else [])  # uvicorn's handlers exist now
-    _graceful_server_class()(config).run()
-    return 0
+    server = _graceful_server_class()(config, exit_on_engine_failure=args.exit_on_engine_failure)
+    server.run()
+    return 0 if server.engine_failure is None else ENGINE_FAILURE_EXIT_CODE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -126,6 +158,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[],
         help="a Host name the server answers to (repeatable; * for any); default: the "
         "loopback names when bound to a loopback address, any otherwise",
+    )
+    serve.add_argument(
+        "--exit-on-engine-failure",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="when a stage worker dies past its restart budget, close every session and "
+        f"exit with status {ENGINE_FAILURE_EXIT_CODE} so a supervisor (systemd, Kubernetes) "
+        "starts a fresh server (default); --no-exit-on-engine-failure keeps the process up, "
+        "refusing sessions and answering /health with 503",
     )
     bench = commands.add_parser("bench", help="load-test a Realtime server (omniduplex.bench)")
     from ..bench.cli import add_arguments as add_bench_arguments

@@ -48,6 +48,11 @@ class StageHandle:
     def generation(self) -> int:
         return self.worker.generation
 
+    @property
+    def can_restart(self) -> bool:
+        """Whether a death of the current worker would be met by a restart."""
+        return self.available and self.restarts < self.max_restarts
+
     def start(self) -> None:
         """Launch generation 0 without waiting for its model (see ``wait_ready``)."""
         self._worker = self._factory(0)

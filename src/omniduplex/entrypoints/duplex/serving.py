@@ -22,7 +22,7 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ...engine.duplex.messages import DuplexSessionError
-from ...engine.errors import EngineError
+from ...engine.errors import EngineDeadError, EngineError, EngineNotRunningError
 from ...protocol.duplex import DuplexCommandError
 from ...protocol.duplex import events as ev
 from ..duplex_omni import DuplexOmni, DuplexSessionHandle, EventConsumer
@@ -36,6 +36,8 @@ from .session_attachment import DuplexSessionAttachmentRegistry
 log = logging.getLogger(__name__)
 
 REALTIME_SUBPROTOCOL = "realtime"
+# The code of every refusal and session end caused by an engine that can serve no more.
+ENGINE_UNAVAILABLE = "engine_unavailable"
 # The engine's resume refusals, as the wire says them.
 _RESUME_REFUSALS = {
     "session_resume_conflict": "session_resume_conflict",
@@ -169,6 +171,12 @@ class RealtimeRoute:
             protocol.refuse(exc.code, str(exc), param=exc.param)
             await conn.drain()
             return None
+        except (EngineDeadError, EngineNotRunningError) as exc:
+            # The server's fault, not the client's; /health says the same (503).
+            self.metrics.rejected.labels(ENGINE_UNAVAILABLE).inc()
+            protocol.refuse(ENGINE_UNAVAILABLE, _unavailable(exc), close_code=1011)
+            await conn.drain()
+            return None
         session_id = handle.session_id
         self.metrics.admitted.inc()
         self.metrics.active.inc()
@@ -213,6 +221,9 @@ class RealtimeRoute:
             handle.submit(command)
         except DuplexSessionError as exc:
             protocol.error_for(exc, event_id=getattr(command, "event_id", None))
+        except (EngineDeadError, EngineNotRunningError) as exc:
+            # The engine went away under a session that has not ended yet.
+            protocol.error(ENGINE_UNAVAILABLE, _unavailable(exc))
 
     # ---- resume and takeover ------------------------------------------------------------
 
@@ -333,8 +344,11 @@ class RealtimeRoute:
 
     async def shutdown(self) -> None:
         """Every open session gets ``session.closed`` (reason ``shutdown``), then its socket
-        closes."""
+        closes; sessions that had ended already finish sending their last events."""
         self._shutting_down = True
+        if self._tasks:
+            # Sessions a dead engine ended just before: their close must not be cut short.
+            await asyncio.wait(list(self._tasks), timeout=5.0)
         states = list(self._sessions.items())
         conns = [self.registry.socket_of(session_id) for session_id, _ in states]
         for session_id, _ in states:
@@ -345,6 +359,11 @@ class RealtimeRoute:
                 await asyncio.wait_for(state.ended.wait(), 5.0)
             if isinstance(conn, RealtimeConnection):
                 await conn.drain(2.0)
+
+
+def _unavailable(exc: EngineDeadError | EngineNotRunningError) -> str:
+    reason = exc.reason if isinstance(exc, EngineDeadError) else str(exc)
+    return f"the model engine is unavailable: {reason}"
 
 
 def _offered(websocket: WebSocket) -> list[str]:
@@ -373,4 +392,7 @@ class _SessionStream(EventConsumer):
 
     def on_error(self, error: BaseException) -> None:
         log.warning("session %s: engine ended: %s", self.session_id, error)
+        if isinstance(error, EngineDeadError):
+            # No session.closed is coming: the close frame is where a client learns why.
+            self.state.terminal_reason = ENGINE_UNAVAILABLE
         self.route._session_ended(self.session_id, self.state)

@@ -146,6 +146,11 @@ def build_app(
 
     @app.get("/health")
     async def health() -> JSONResponse:
+        dead = omni.dead_reason
+        if dead is not None:
+            # A stage's restart budget is spent: this process serves nothing more until
+            # it is restarted (``omniduplex serve`` exits unless told not to).
+            return JSONResponse({"status": "dead", "reason": dead}, status_code=503)
         ready = bool(app.state.ready) and omni.started
         status = 200 if ready else 503
         return JSONResponse({"status": "ok" if ready else "starting"}, status_code=status)

@@ -108,6 +108,7 @@ ERROR_CLASS_BY_CODE: Final = MappingProxyType(
         "model_backend_failed": _SERVER,
         "input_transcription_failed": _SERVER,
         "stage_worker_died": _SERVER,
+        "engine_unavailable": _SERVER,
         "server_shutting_down": _SERVER,
         "server_starting": _SERVER,
     }

@@ -359,6 +359,15 @@ class DuplexSessionManager:
                 )
                 await self.close(session_id, "stage_worker_died")
 
+    async def close_all_failed(self, code: str, message: str) -> None:
+        """The engine can serve nothing more: every session gets a ``code`` error saying
+        why, then closes with ``code`` as its reason."""
+        for session_id, runner in list(self.runners.items()):
+            if self.runners.get(session_id) is not runner:
+                continue  # closed meanwhile (a close awaits), with its own reason
+            runner.out.error(code, message, retryable=False)
+            await self.close(session_id, code)
+
     async def shutdown(self, reason: str = "shutdown") -> None:
         for session_id in list(self.runners):
             await self.close(session_id, reason)
