@@ -77,12 +77,14 @@ def uvicorn_config(app: Any, *, host: str, port: int, log_level: str) -> Any:
     """The uvicorn settings every omniduplex server runs with."""
     import uvicorn
 
+    from .websocket_protocol import RealtimeWebSocketProtocol
+
     return uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        ws="websockets-sansio",
+        ws=RealtimeWebSocketProtocol,
         ws_max_size=MAX_FRAME_BYTES,
         # Audio in base64 does not compress; deflate would only burn CPU on every frame.
         ws_per_message_deflate=False,

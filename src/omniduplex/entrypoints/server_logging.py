@@ -1,14 +1,10 @@
-"""What the server's logs may hold: no secrets, and no tracebacks for a client's fault.
+"""What the server's logs may hold: no secrets.
 
 At debug level the WebSocket layer logs every handshake header (``authorization: Bearer
 ...``), and the access log writes every path with its query (``?api_key=...``). A
 ``RedactingFilter`` on a handler rewrites each record before it is formatted: the
 configured keys wherever they appear, and whatever follows ``authorization:``,
 ``api_key=`` or the browser subprotocol ``openai-insecure-api-key.``.
-
-uvicorn logs a text frame that is not UTF-8 as an exception, with a traceback, before it
-closes that socket with 1007; a client could fill the log with them. ``ClientFaultFilter``
-makes such a record the one line it deserves (per connection: the socket is closed).
 """
 
 from __future__ import annotations
@@ -61,31 +57,10 @@ class RedactingFilter(logging.Filter):
         return value
 
 
-class ClientFaultFilter(logging.Filter):
-    """A client's bad frame, logged as an exception by the server library, becomes one
-    warning line without its traceback."""
-
-    FAULTS = {
-        "Invalid UTF-8 sequence received from client.": (
-            "a client sent a text frame that is not UTF-8; its socket was closed with 1007"
-        ),
-    }
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        line = self.FAULTS.get(record.msg) if isinstance(record.msg, str) else None
-        if line is not None:
-            record.msg, record.args = line, None
-            record.exc_info = record.exc_text = None
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-        return True
-
-
 def configure_server_logs(secrets: Iterable[str] = ()) -> None:
-    """Install a ``ClientFaultFilter`` then a ``RedactingFilter`` on every handler of
-    ``SERVER_LOGGERS`` (call it after logging is configured)."""
-    filters = (ClientFaultFilter(), RedactingFilter(secrets))
+    """Install a ``RedactingFilter`` on every handler of ``SERVER_LOGGERS`` (call it after
+    logging is configured)."""
     for name in SERVER_LOGGERS:
         for handler in logging.getLogger(name).handlers:
-            for added in filters:
-                if not any(type(f) is type(added) for f in handler.filters):
-                    handler.addFilter(added)
+            if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+                handler.addFilter(RedactingFilter(secrets))
