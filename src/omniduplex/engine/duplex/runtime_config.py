@@ -2,8 +2,19 @@
 
 Clients never set these. ``max_sessions`` bounds admission; the byte and turn limits bound
 what one session may queue; ``max_input_turn_s`` bounds the audio one uncommitted turn
-may hold (a client that streams without ever committing); the outbox limits bound what
-the server holds for a client that stops reading (DESIGN decision 13).
+may hold (a client that streams without ever committing: ``input_audio_buffer_full``);
+``max_buffered_input_s`` bounds the input audio all sessions hold together, uncommitted
+turns and committed ones no response has taken yet (``server_input_audio_full``); the
+outbox limits bound what the server holds for a client that stops reading (DESIGN
+decision 13).
+
+The input is held as float32 at the model's input rate: 64 KB per second of audio at
+16 kHz, 96 KB at 24 kHz. A turn of 120 s is minutes longer than a spoken turn (seconds to
+tens of seconds) and takes a two-minute recording whole; OpenAI takes one append of up to
+15 MiB of base64 (about 4 min of 24 kHz pcm16), so longer uploads are split into turns
+here. 1920 s in all is 16 such turns (the default ``max_sessions``), about 123 MB at
+16 kHz and 184 MB at 24 kHz. A deployment with more sessions shares it: turns under
+server VAD keep little more than the speech itself.
 
 ``output_audio_pacing`` / ``output_audio_lead_ms`` are the sessions' defaults for the
 playout clock (a session may change both in ``session.update``): ``realtime`` releases a
@@ -42,7 +53,8 @@ class DuplexSessionRuntimeConfig:
     resume_replay_max_bytes_per_session: int = 8 * 1024 * 1024
     max_pending_input_bytes_per_session: int = 16 * 1024 * 1024
     max_pending_turns_per_session: int = 4
-    max_input_turn_s: float = 900.0
+    max_input_turn_s: float = 120.0
+    max_buffered_input_s: float = 1920.0
     max_outbox_events_per_session: int = 2048
     max_outbox_bytes_per_session: int = 8 * 1024 * 1024
     max_idle_timeout_s: float = 3600.0

@@ -58,6 +58,7 @@ ERROR_CLASS_BY_CODE: Final = MappingProxyType(
         "http_error": _CLIENT,
         "resource_exhausted": _RATE,
         "input_backpressure": _RATE,
+        "server_input_audio_full": _RATE,
         # session configuration
         "invalid_duplex_runtime_config": _CLIENT,
         "instructions_update_unsupported": _CLIENT,

@@ -207,12 +207,21 @@ class InputTail:
 
     The mailbox worker never awaits it: a cancel behind an append is handled at once and
     cancels the tail (``cancel``). Steps that must follow the appends before them (a
-    commit, a response.create) wait on the tail through ``after``.
+    commit, a response.create) wait on the tail through ``after``. ``settle`` runs when
+    each task has ended, however it ended (the runner recounts the input audio its session
+    holds).
     """
 
-    def __init__(self, session: DuplexEngineSession, out: SessionEmitter) -> None:
+    def __init__(
+        self,
+        session: DuplexEngineSession,
+        out: SessionEmitter,
+        *,
+        settle: Callable[[], None] | None = None,
+    ) -> None:
         self._session = session
         self._out = out
+        self._settle = settle
         self._tail: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -243,6 +252,8 @@ class InputTail:
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
+        if self._settle is not None:
+            self._settle()
         if task.cancelled():
             return
         exc = task.exception()

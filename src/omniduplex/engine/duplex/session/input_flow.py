@@ -5,7 +5,11 @@ resampling and server turn detection (the VAD's classifier, a turn-completion mo
 an append are offloaded to the manager's thread pool inside a tracked input task
 (decision 10: the orchestrator loop never runs model work); the task re-checks the
 session's input generation after the await, so input cancelled meanwhile is dropped and
-nothing of it reaches the conversation or a stage."""
+nothing of it reaches the conversation or a stage.
+
+An append is refused whole, before turn detection sees it, when it would take the turn
+past ``max_turn_s`` (``input_audio_buffer_full``) or the server's input audio past its
+budget (``server_input_audio_full``, ``input_budget.py``)."""
 
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from ..plugin import DuplexRuntimeConfigError, ModelInputTranscript
 from ..settings import SessionSettings
 from .context import Inputs, SessionContext
 from .history import StoredItem
+from .input_budget import AppendReservation, InputAudioBudget, InputAudioHold
 from .lease import LeaseActivity
 from .state import SIGNAL_STEPS, InputTurn, TurnStep, new_item_id
 from .turn_detection import TurnDetector, TurnEvent
@@ -41,7 +46,8 @@ class _DecodedAppend:
     server turn detection, what the detector found in them."""
 
     samples: np.ndarray
-    over_limit: bool = False
+    over_limit: bool = False  # past the turn's bound
+    over_budget: bool = False  # past the server's input audio budget
     detector: TurnDetector | None = None
     was_speaking: bool = False  # the detector's state before these samples
     turn_events: list[TurnEvent] = field(default_factory=list)
@@ -51,7 +57,13 @@ class InputFlow(Inputs):
     """The runner's part that takes the user's input: it owns the input audio clock, the
     resampler and the server turn detector of its session."""
 
-    def __init__(self, ctx: SessionContext, *, max_turn_s: float | None = None) -> None:
+    def __init__(
+        self,
+        ctx: SessionContext,
+        *,
+        max_turn_s: float | None = None,
+        audio_hold: InputAudioHold | None = None,
+    ) -> None:
         self.ctx = ctx
         self.session = ctx.session
         self.out = ctx.out
@@ -67,6 +79,8 @@ class InputFlow(Inputs):
         )
         self._max_turn_s = max_turn_s
         self._max_turn_samples = int(rate * max_turn_s) if max_turn_s else None
+        # The session's share of the server's input audio budget (the runner settles it).
+        self._hold = audio_hold or InputAudioBudget(None, rate).hold()
         self._converter = InputAudioConverter(rate)
         # Appends decode in pool threads one after another (the input tail orders them),
         # but a cancelled task's thread may still be running while the loop resets the
@@ -78,9 +92,12 @@ class InputFlow(Inputs):
 
     # ---- appends ----------------------------------------------------------------
 
-    def _decode(self, command: cmd.AppendAudio, generation: int) -> _DecodedAppend | None:
-        """Pool thread: convert the append and run turn detection over it; ``None`` when
-        the input was cancelled before this ran (it must then change nothing)."""
+    def _decode(
+        self, command: cmd.AppendAudio, generation: int, reservation: AppendReservation
+    ) -> _DecodedAppend | None:
+        """Pool thread: convert the append, reserve its samples in the server's budget
+        and run turn detection over it; ``None`` when the input was cancelled before this
+        ran (it must then change nothing)."""
         with self._input_lock:
             if self.session.input_generation != generation:
                 return None
@@ -88,12 +105,16 @@ class InputFlow(Inputs):
             limit = self._max_turn_samples
             if limit is not None and self.session.input.samples + samples.size > limit:
                 return _DecodedAppend(samples, over_limit=True)
+            if not self._hold.reserve(reservation, samples.size):
+                return _DecodedAppend(samples, over_budget=True)
             detector = self.turns
             if detector is None:
                 return _DecodedAppend(samples)
             was_speaking = detector.speaking
             events = detector.process(samples)
-            return _DecodedAppend(samples, False, detector, was_speaking, events)
+            return _DecodedAppend(
+                samples, detector=detector, was_speaking=was_speaking, turn_events=events
+            )
 
     def on_append(self, command: cmd.AppendAudio) -> None:
         session = self.session
@@ -101,6 +122,7 @@ class InputFlow(Inputs):
         ctx = self.ctx
 
         released = False
+        reservation = self._hold.begin()
 
         def release(_task: Any = None) -> None:
             # Once, on every path: converted, failed, or cancelled (even before starting).
@@ -109,9 +131,13 @@ class InputFlow(Inputs):
                 released = True
                 ctx.admission.release(command)
 
+        def unreserve(_task: Any) -> None:
+            # A no-op once the samples joined the turn (``_accept`` ended it, kept).
+            self._hold.end(reservation, kept=False)
+
         async def work() -> None:
             try:
-                decoded = await ctx.offload(self._decode, command, generation)
+                decoded = await ctx.offload(self._decode, command, generation, reservation)
             except RealtimeProtocolError as exc:
                 self.out.error(exc.code, exc.message, event_id=command.event_id)
                 return
@@ -119,11 +145,15 @@ class InputFlow(Inputs):
                 release()
             if decoded is None or not session.open or session.input_generation != generation:
                 return  # the input was cancelled while it was being decoded
-            self._accept(decoded, command)
+            self._accept(decoded, command, reservation)
 
-        ctx.input_tail.track(work).add_done_callback(release)
+        task = ctx.input_tail.track(work)
+        task.add_done_callback(release)
+        task.add_done_callback(unreserve)
 
-    def _accept(self, decoded: _DecodedAppend, command: cmd.AppendAudio) -> None:
+    def _accept(
+        self, decoded: _DecodedAppend, command: cmd.AppendAudio, reservation: AppendReservation
+    ) -> None:
         session = self.session
         settings = session.settings
         samples = decoded.samples
@@ -135,10 +165,14 @@ class InputFlow(Inputs):
                 event_id=command.event_id,
             )
             return
+        if decoded.over_budget:
+            self._refuse_over_budget(samples.size, command)
+            return
         try:
             session.lease.touch(self.ctx.clock(), LeaseActivity.APPEND)
         except Exception:
             return
+        self._hold.end(reservation, kept=True)
         turn = session.input
         start_ms = self._position * 1000 // self.rate_hz
         self._position += samples.size
@@ -171,6 +205,22 @@ class InputFlow(Inputs):
                 self._overlap(samples.size)
         if self.ctx.plugin.streams_input:
             self._stream(samples)
+
+    def _refuse_over_budget(self, samples: int, command: cmd.AppendAudio) -> None:
+        """Other sessions may have filled the server's input budget: not the client's
+        fault, so a capacity error it may retry (after committing or clearing its own
+        buffer, or once others have)."""
+        budget = self._hold.budget
+        rate = self.rate_hz
+        self.out.error(
+            "server_input_audio_full",
+            f"the server holds at most {budget.limit_s:g} s of input audio across all"
+            f" sessions and this append ({samples / rate:.3g} s) does not fit now; this"
+            f" session holds {self._hold.held_samples / rate:.3g} s of it. Commit or clear"
+            " the input audio buffer, or retry later",
+            event_id=command.event_id,
+            retryable=True,
+        )
 
     def _accept_with_vad(self, decoded: _DecodedAppend) -> None:
         detector = decoded.detector

@@ -2,7 +2,9 @@
 
 Runs on the orchestrator loop. The manager reads sessions but never writes one: a
 command's backpressure reservation, lease activity and resume go through the session's
-runner, its only writer. A session that is closing keeps its admission slot until
+runner, its only writer. The manager owns the server-wide input audio budget
+(``max_buffered_input_s``); each runner keeps its own session's share of it
+(``input_budget.py``). A session that is closing keeps its admission slot until
 its stage cleanup has finished; a failed cleanup keeps the slot and is retried by the
 reaper. ``session.closed`` / ``session.expired`` is always the session's last event and
 is emitted after the cleanup attempt, also when it failed.
@@ -26,6 +28,7 @@ from ..plugin import DuplexModelPlugin, DuplexRuntimeConfigError
 from ..runtime_config import DuplexSessionRuntimeConfig
 from ..settings import SessionSettings
 from .context import AdmissionLimits, StageOutputItem
+from .input_budget import InputAudioBudget
 from .lease import DuplexLeaseState, LeaseActivity, LeaseConfig, LeaseGenerationMismatch
 from .runner import DuplexSessionRunner
 from .state import DuplexEngineSession
@@ -98,6 +101,9 @@ class DuplexSessionManager:
             max_workers=runtime.offload_workers, thread_name_prefix="duplex-session"
         )
         self.capabilities = plugin.capabilities(max_sessions=runtime.max_sessions)
+        self.input_audio_budget = InputAudioBudget(
+            runtime.max_buffered_input_s, plugin.input_sample_rate_hz
+        )
 
     # ---- admission -------------------------------------------------------------------
 
@@ -168,6 +174,7 @@ class DuplexSessionManager:
                     max_pending_turns=self.runtime.max_pending_turns_per_session,
                 ),
                 max_input_turn_s=self.runtime.max_input_turn_s,
+                input_audio_budget=self.input_audio_budget,
                 max_unplayed_output_bytes=self.runtime.max_unplayed_output_bytes_per_session,
             )
             if session_id in self._abandoned:

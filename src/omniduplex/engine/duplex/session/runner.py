@@ -35,6 +35,7 @@ from .context import (
     StageRequests,
 )
 from .emitter import SessionEmitter
+from .input_budget import InputAudioBudget, held_input_samples
 from .input_flow import InputFlow
 from .lease import LeaseActivity
 from .live_transcript import LiveTranscription
@@ -74,6 +75,7 @@ class DuplexSessionRunner:
         clock: Callable[[], float],
         limits: AdmissionLimits,
         max_input_turn_s: float | None = None,
+        input_audio_budget: InputAudioBudget | None = None,
         max_unplayed_output_bytes: int = 8 * 1024 * 1024,
     ) -> None:
         self.session = session
@@ -82,7 +84,10 @@ class DuplexSessionRunner:
         self._worker: asyncio.Task[None] | None = None
         self.out = SessionEmitter(session, sink)
         self._stage = StageRequests(session, session_stages)
-        self._input_tail = InputTail(session, self.out)
+        self._input_tail = InputTail(session, self.out, settle=self._settle_input_audio)
+        # This session's share of the server's input audio (None: only its turns bound it).
+        budget = input_audio_budget or InputAudioBudget(None, plugin.input_sample_rate_hz)
+        self._input_audio = budget.hold()
         self._admission = Admission(session, limits)
         # Real time, whatever clock the lease uses: the playout follows the wall.
         self.playout = PlayoutClock(time.monotonic)
@@ -100,7 +105,7 @@ class DuplexSessionRunner:
             schedule_playout=self._schedule_playout,
         )
         self.responses = ResponseFlow(ctx, max_unplayed_output_bytes=max_unplayed_output_bytes)
-        self.inputs = InputFlow(ctx, max_turn_s=max_input_turn_s)
+        self.inputs = InputFlow(ctx, max_turn_s=max_input_turn_s, audio_hold=self._input_audio)
         self.live = LiveTranscription(ctx)
         ctx.bind(inputs=self.inputs, responses=self.responses, transcripts=self.live)
         self._handlers = self._build_handlers()
@@ -160,6 +165,8 @@ class DuplexSessionRunner:
         if session.state is SessionState.OPEN:
             session.state = SessionState.CLOSING
         self._input_tail.cancel()
+        # The ended session's input audio is no one's any more, whatever it held.
+        self._input_audio.close()
         self._schedule_playout(None)
         request_ids = self.responses.abandon()
         if self._worker is not None and self._worker is not asyncio.current_task():
@@ -186,6 +193,12 @@ class DuplexSessionRunner:
                 self.out.error("internal_error", f"internal error: {exc}")
 
     async def _handle(self, item: Any) -> None:
+        try:
+            self._handle_item(item)
+        finally:
+            self._settle_input_audio()
+
+    def _handle_item(self, item: Any) -> None:
         if isinstance(item, StageOutputItem):
             self._on_stage_output(item)
         elif item is PLAYOUT_DUE:
@@ -286,6 +299,12 @@ class DuplexSessionRunner:
     def input_busy(self) -> bool:
         """Appends are still being decoded."""
         return self._input_tail.busy
+
+    def _settle_input_audio(self) -> None:
+        """Count what the session now holds against the server's input budget. Runs after
+        every mailbox item and every input task, so each way audio leaves the session
+        (answered, cleared, talked over, forgotten silence) gives its share back."""
+        self._input_audio.settle(held_input_samples(self.session))
 
     # ---- stage outputs ----------------------------------------------------------
 
