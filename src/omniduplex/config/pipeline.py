@@ -7,6 +7,7 @@ A deploy file describes one deployment::
     session_mode: turn             # "turn" or "duplex"
     duplex_plugin: null            # "package.module:Plugin" for a duplex-capable model
     duplex_session: {}             # runtime settings, passed through untouched
+    cluster: {}                    # engine replicas on Ray (entrypoints/cluster), untouched here
     max_requests: 64               # requests outside sessions in flight at once
     base_config: other.yaml        # optional: start from another file and override it
     stages:
@@ -44,6 +45,7 @@ _PIPELINE_KEYS = frozenset(
         "session_mode",
         "duplex_plugin",
         "duplex_session",
+        "cluster",
         "max_requests",
         "stages",
         "base_config",
@@ -108,6 +110,9 @@ class PipelineConfig:
     duplex_session: dict[str, Any] = field(default_factory=dict)
     served_model_name: str | None = None
     max_requests: int = 64
+    # How the deployment runs on more than one machine (``omniduplex serve --ray``); read
+    # by ``entrypoints.cluster.ClusterConfig``, not here.
+    cluster: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -156,6 +161,10 @@ class PipelineConfig:
                 f"pipeline {self.name!r}: duplex_session must be a mapping, got {session!r}"
             )
         object.__setattr__(self, "duplex_session", dict(session))
+        cluster = {} if self.cluster is None else self.cluster
+        if not isinstance(cluster, Mapping):
+            raise ValueError(f"pipeline {self.name!r}: cluster must be a mapping, got {cluster!r}")
+        object.__setattr__(self, "cluster", dict(cluster))
 
         served = self.name if self.served_model_name is None else self.served_model_name
         if not isinstance(served, str) or not served:
@@ -240,6 +249,7 @@ def parse_pipeline_config(raw: Mapping[str, Any], *, source: str = "<mapping>") 
             session_mode=raw.get("session_mode"),
             duplex_session=raw.get("duplex_session") or {},
             served_model_name=raw.get("served_model_name"),
+            cluster=raw.get("cluster") or {},
             **({"max_requests": raw["max_requests"]} if "max_requests" in raw else {}),
         )
     except ValueError as exc:

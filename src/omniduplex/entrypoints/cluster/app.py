@@ -1,0 +1,130 @@
+"""A front end's FastAPI app: the same routes and guards as ``build_app``, on a cluster.
+
+The Realtime routes tunnel each socket to its replica (``ClusterRoute``); ``/health`` and
+``/v1/models`` report the cluster the directory sees (503 while no replica serves);
+``/metrics`` is this front end's own (HTTP requests; the sessions' counters live on their
+replicas).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request, WebSocket
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ...protocol.duplex import ErrorEvent
+from ..openai.api_server import (
+    _bearer,
+    _echoed_subprotocol,
+    _error_body,
+    _key_matches,
+    _refused_by,
+    _subprotocol_key,
+)
+from ..openai.metrics import RequestMetricsMiddleware, ServerMetrics
+from ..openai.origins import OriginPolicy
+from .frontend import ClusterRoute, ReplicaBackend
+
+
+def build_cluster_app(
+    backend: ReplicaBackend,
+    *,
+    model_name: str,
+    api_key: str | None = None,
+    origins: OriginPolicy | None = None,
+) -> FastAPI:
+    """A stateless front end for the replicas ``backend`` reaches."""
+    policy = origins or OriginPolicy.open()
+    metrics = ServerMetrics()
+    route = ClusterRoute(backend)
+    created = int(time.time())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.ready = True
+        try:
+            yield
+        finally:
+            app.state.ready = False
+            await route.shutdown()
+
+    app = FastAPI(title="omniduplex", lifespan=lifespan)
+    app.state.ready = False
+    app.state.cluster = backend
+    app.state.route = route
+    app.state.metrics = metrics
+
+    @app.middleware("http")
+    async def require_key(request: Request, call_next: Any) -> Any:
+        refusal = _refused_by(policy, request.headers)
+        if refusal is not None:
+            return _error_body(*refusal, 403)
+        presented = _bearer(request.headers.get("authorization"))
+        guarded = api_key is not None and request.url.path != "/health"
+        if guarded and not _key_matches(presented, api_key):
+            return _error_body("unauthorized", "Missing or invalid API key", 401)
+        return await call_next(request)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def not_available(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return _error_body(
+                "route_not_available",
+                f"{request.method} {request.url.path} is not available on a cluster front end",
+                404,
+            )
+        return _error_body("http_error", str(exc.detail), exc.status_code)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        view = await backend.view()
+        ok = bool(app.state.ready) and view.live > 0
+        body = {"status": "ok" if ok else "unavailable", "cluster": view.to_dict()}
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        view = await backend.view()
+        entry = {
+            "id": model_name,
+            "object": "model",
+            "created": created,
+            "owned_by": "omniduplex",
+            "metadata": {"cluster": view.to_dict()},
+        }
+        return {"object": "list", "data": [entry]}
+
+    async def realtime(websocket: WebSocket, *, alias: bool) -> None:
+        refusal = _refused_by(policy, websocket.headers)
+        if refusal is None and api_key is not None:
+            presented = _bearer(websocket.headers.get("authorization")) or _subprotocol_key(
+                websocket
+            )
+            if not _key_matches(presented, api_key):
+                refusal = ("unauthorized", "Missing or invalid API key")
+        if refusal is not None:
+            await websocket.accept(subprotocol=_echoed_subprotocol(websocket))
+            await websocket.send_json(ErrorEvent.build(*refusal).to_realtime("ga"))
+            await websocket.close(code=1008, reason=refusal[0])
+            return
+        await route.handle(websocket, duplex_route=alias)
+
+    @app.websocket("/v1/realtime")
+    async def realtime_route(websocket: WebSocket) -> None:
+        await realtime(websocket, alias=False)
+
+    @app.websocket("/v1/duplex")
+    async def duplex_route(websocket: WebSocket) -> None:
+        await realtime(websocket, alias=True)
+
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    return app

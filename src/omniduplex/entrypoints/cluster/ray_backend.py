@@ -1,0 +1,323 @@
+"""The cluster on Ray: replicas and the session directory as named actors.
+
+* ``SessionDirectoryActor`` (named ``session-directory``, detached): the
+  ``SessionDirectory``, plus a watch that probes every replica every ``probe_s``; a probe
+  that finds a replica dead takes its slots out of admission, one that finds it restarted
+  (a new incarnation) brings them back. A probe also starts the engine of a replica Ray
+  has just restarted.
+* ``EngineReplicaActor`` (named ``replica-<i>``, detached, ``max_restarts``): a
+  ``ReplicaServer``. A connection's frames for its client come back as a Ray streaming
+  generator of ``OutboundBatch``\\ es; the client's frames go in as calls, in order.
+* ``RayCluster`` (in each front end): joins the cluster (``ray.init``), creates what does
+  not exist yet (``get_if_exists``: every front end may start first), waits until every
+  replica serves, and is the ``ReplicaBackend`` of the front end's ``ClusterRoute``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayError
+
+from ...config.pipeline import PipelineConfig
+from .config import DIRECTORY_NAME, ClusterConfig
+from .directory import ClusterView, Placement, SessionDirectory
+from .frontend import ReplicaBackend, ReplicaUnavailable
+from .replica import DirectoryReports, ReplicaInfo, ReplicaServer
+from .tunnel import OutboundBatch, TunnelScope
+
+log = logging.getLogger(__name__)
+
+#: Concurrent calls one replica actor serves (each open connection holds one: its stream).
+REPLICA_MAX_CONCURRENCY = 100_000
+#: How long a probe may take before the watch moves on (a slow replica is not a dead one).
+PROBE_TIMEOUT_S = 10.0
+
+
+class ClusterUnavailableError(RuntimeError):
+    """The Ray cluster cannot be reached, or its replicas did not come up."""
+
+
+# ---- the directory actor ------------------------------------------------------------------
+
+
+@ray.remote(num_cpus=0, max_restarts=-1)
+class SessionDirectoryActor:
+    def __init__(self, namespace: str, probe_s: float = 0.5) -> None:
+        self.directory = SessionDirectory()
+        self.namespace = namespace
+        self.probe_s = probe_s
+        self._names: list[str] = []
+        self._handles: dict[str, Any] = {}
+        self._watch: asyncio.Task[None] | None = None
+
+    async def watch(self, names: list[str]) -> None:
+        for name in names:
+            if name not in self._names:
+                self._names.append(name)
+        if self._watch is None:
+            self._watch = asyncio.get_running_loop().create_task(self._probe_forever())
+
+    async def _probe_forever(self) -> None:
+        while True:
+            await asyncio.gather(*(self._probe(name) for name in list(self._names)))
+            await asyncio.sleep(self.probe_s)
+
+    async def _probe(self, name: str) -> None:
+        incarnation = self.directory.incarnation(name)
+        try:
+            handle = self._handles.get(name)
+            if handle is None:
+                handle = ray.get_actor(name, namespace=self.namespace)
+                self._handles[name] = handle
+            info: ReplicaInfo = await asyncio.wait_for(handle.start.remote(), PROBE_TIMEOUT_S)
+        except (TimeoutError, GetTimeoutError):
+            return
+        except (RayError, ValueError):
+            if incarnation is not None and self.directory.failed(name, incarnation):
+                log.warning("replica %s (%s) is gone", name, incarnation)
+            return
+        self.directory.register(
+            name,
+            max_sessions=info.max_sessions,
+            incarnation=info.incarnation,
+            sessions=info.sessions,
+        )
+
+    async def register(
+        self, name: str, max_sessions: int, incarnation: str, sessions: list[str]
+    ) -> None:
+        self.directory.register(
+            name, max_sessions=max_sessions, incarnation=incarnation, sessions=sessions
+        )
+
+    async def place(self) -> Placement | None:
+        return self.directory.place()
+
+    async def opened(self, name: str, session_id: str, ticket: str | None) -> None:
+        self.directory.opened(name, session_id, ticket)
+
+    async def settle(self, name: str, ticket: str) -> None:
+        self.directory.settle(name, ticket)
+
+    async def ended(self, name: str, session_id: str) -> None:
+        self.directory.ended(name, session_id)
+
+    async def locate(self, session_id: str) -> str | None:
+        return self.directory.locate(session_id)
+
+    async def failed(self, name: str, incarnation: str | None) -> bool:
+        return self.directory.failed(name, incarnation or None)
+
+    async def view(self) -> ClusterView:
+        return self.directory.view()
+
+
+class _ActorReports(DirectoryReports):
+    def __init__(self, directory: Any) -> None:
+        self.directory = directory
+
+    def register(self, name: str, max_sessions: int, incarnation: str, sessions: list[str]) -> None:
+        self.directory.register.remote(name, max_sessions, incarnation, sessions)
+
+    def opened(self, name: str, session_id: str, ticket: str | None) -> None:
+        self.directory.opened.remote(name, session_id, ticket)
+
+    def settle(self, name: str, ticket: str) -> None:
+        self.directory.settle.remote(name, ticket)
+
+    def ended(self, name: str, session_id: str) -> None:
+        self.directory.ended.remote(name, session_id)
+
+
+# ---- the replica actor --------------------------------------------------------------------
+
+
+@ray.remote
+class EngineReplicaActor:
+    def __init__(self, pipeline: PipelineConfig, name: str, namespace: str) -> None:
+        logging.basicConfig(level=logging.INFO)
+        directory = ray.get_actor(DIRECTORY_NAME, namespace=namespace)
+        self.server = ReplicaServer(pipeline, name=name, reports=_ActorReports(directory))
+
+    async def start(self) -> ReplicaInfo:
+        return await self.server.start()
+
+    @ray.method(num_returns="streaming")  # type: ignore[misc]
+    async def tunnel(
+        self,
+        conn_id: str,
+        scope: TunnelScope,
+        first_frames: list[str | bytes],
+        ticket: str | None,
+    ) -> AsyncIterator[OutboundBatch]:
+        async for batch in self.server.tunnel(conn_id, scope, first_frames, ticket):
+            yield batch
+
+    async def receive(self, conn_id: str, frames: list[str | bytes]) -> None:
+        self.server.receive(conn_id, frames)
+
+    async def disconnect(self, conn_id: str, code: int) -> None:
+        self.server.disconnect(conn_id, code)
+
+    async def ack(self, conn_id: str, size: int) -> None:
+        self.server.ack(conn_id, size)
+
+    async def shutdown(self) -> None:
+        await self.server.shutdown()
+
+
+# ---- the front end's view -----------------------------------------------------------------
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast (not hang) when the head's GCS port does not answer."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ClusterUnavailableError(f"--ray {address!r}: expected HOST:PORT, or auto")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise ClusterUnavailableError(
+            f"the Ray head at {address} is unreachable ({exc}); start it with "
+            "`ray start --head` or pass --ray auto for a local cluster"
+        ) from None
+
+
+@dataclass(slots=True)
+class RayCluster(ReplicaBackend):
+    """A front end's handle on the replicas (see the module docstring)."""
+
+    config: ClusterConfig
+    directory: Any
+    replicas: dict[str, Any]
+    started_ray: bool = False
+    model_name: str = ""
+
+    @classmethod
+    def connect(
+        cls,
+        address: str | None,
+        pipeline: PipelineConfig,
+        *,
+        probe_s: float = 0.5,
+    ) -> RayCluster:
+        """Join (or with ``address`` ``auto``/``None`` and no running Ray, start) the
+        cluster, create the directory and replicas that do not exist, and wait until every
+        replica serves. Raises ``ClusterUnavailableError``."""
+        config = ClusterConfig.from_mapping(pipeline.cluster)
+        started = False
+        if not ray.is_initialized():
+            if address not in (None, "auto", "local"):
+                _check_reachable(address)
+                ray.init(address=address, namespace=config.namespace, log_to_driver=False)
+            else:
+                ray.init(namespace=config.namespace, include_dashboard=False)
+                started = True
+        namespace = config.namespace
+        directory = SessionDirectoryActor.options(  # type: ignore[attr-defined]
+            name=DIRECTORY_NAME, namespace=namespace, lifetime="detached", get_if_exists=True
+        ).remote(namespace, probe_s)
+        resources = dict(config.resources_per_replica)
+        replicas = {
+            name: EngineReplicaActor.options(  # type: ignore[attr-defined]
+                name=name,
+                namespace=namespace,
+                lifetime="detached",
+                get_if_exists=True,
+                max_restarts=config.max_restarts,
+                max_task_retries=0,
+                max_concurrency=REPLICA_MAX_CONCURRENCY,
+                **resources,
+            ).remote(pipeline, name, namespace)
+            for name in config.replica_names
+        }
+        try:
+            ray.get([r.start.remote() for r in replicas.values()], timeout=config.startup_timeout_s)
+            ray.get(directory.watch.remote(list(replicas)), timeout=config.startup_timeout_s)
+        except (RayError, GetTimeoutError) as exc:
+            raise ClusterUnavailableError(f"the engine replicas did not start: {exc}") from exc
+        return cls(
+            config,
+            directory,
+            replicas,
+            started_ray=started,
+            model_name=pipeline.served_model_name or pipeline.name,
+        )
+
+    def stop(self, *, replicas: bool = False) -> None:
+        """Leave the cluster; with ``replicas``, end the replicas and the directory too."""
+        if replicas:
+            for handle in (*self.replicas.values(), self.directory):
+                with contextlib.suppress(Exception):
+                    ray.kill(handle, no_restart=True)
+        if self.started_ray:
+            ray.shutdown()
+
+    # ---- ReplicaBackend ---------------------------------------------------------------
+
+    async def place(self) -> Placement | None:
+        return await self.directory.place.remote()
+
+    async def locate(self, session_id: str) -> str | None:
+        return await self.directory.locate.remote(session_id)
+
+    async def tunnel(
+        self,
+        replica: str,
+        conn_id: str,
+        scope: TunnelScope,
+        first_frames: list[str | bytes],
+        ticket: str | None,
+    ) -> AsyncIterator[OutboundBatch]:
+        handle = self._replica(replica)
+        try:
+            refs = handle.tunnel.remote(conn_id, scope, first_frames, ticket)
+            async for ref in refs:
+                yield await ref
+        except RayError as exc:
+            raise ReplicaUnavailable(str(exc)) from exc
+
+    async def send(self, replica: str, conn_id: str, frames: list[str | bytes]) -> None:
+        try:
+            await self._replica(replica).receive.remote(conn_id, frames)
+        except RayError as exc:
+            raise ReplicaUnavailable(str(exc)) from exc
+
+    def disconnect(self, replica: str, conn_id: str, code: int) -> None:
+        with contextlib.suppress(RayError):
+            self._replica(replica).disconnect.remote(conn_id, code)
+
+    def ack(self, replica: str, conn_id: str, size: int) -> None:
+        with contextlib.suppress(RayError):
+            self._replica(replica).ack.remote(conn_id, size)
+
+    async def failed(self, replica: str, incarnation: str) -> None:
+        with contextlib.suppress(RayError):
+            await self.directory.failed.remote(replica, incarnation)
+
+    async def view(self) -> ClusterView:
+        return await self.directory.view.remote()
+
+    def _replica(self, name: str) -> Any:
+        handle = self.replicas.get(name)
+        if handle is None:
+            handle = ray.get_actor(name, namespace=self.config.namespace)
+            self.replicas[name] = handle
+        return handle
+
+
+__all__ = [
+    "ClusterUnavailableError",
+    "EngineReplicaActor",
+    "RayCluster",
+    "SessionDirectoryActor",
+]

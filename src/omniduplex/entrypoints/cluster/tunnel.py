@@ -1,0 +1,214 @@
+"""A client socket that lives on a front end, as the replica's Realtime route sees it.
+
+The replica runs the same ``RealtimeRoute`` as a single process (the sans-I/O protocol,
+the attachment registry with its resume tokens, the replay journal, the lease fencing),
+so a session's whole serving state stays with its engine and a resume through any front
+end finds it there. What crosses machines is the socket itself: ``TunnelSocket`` stands
+in for the starlette ``WebSocket`` the route expects. The front end feeds it the client's
+frames (``feed``) and the disconnect (``disconnect``); it hands the route's frames to the
+front end as ``OutboundBatch``\\ es (``batches``: whatever is waiting, in order, in one
+message).
+
+Flow control keeps the one-process guarantees. At most ``window_bytes`` of frames may be
+on their way to the client and not yet written by the front end (``ack`` returns credit);
+beyond that ``send_text`` waits, so what the client has not taken stays in the route's
+own bounded outbound queue, where a cancel still drops the unsent audio of its response
+and a client that stopped reading still overflows and is let go (DESIGN decision 13). An
+``abort`` (the route's answer to that overflow) overtakes everything that waits.
+
+While nothing is waiting, ``batches`` yields an empty batch every ``heartbeat_s``: a
+front end that died is found out at the next one (Ray ends the stream of a dead caller),
+and the route then treats the socket as dropped, so the session goes into its disconnect
+grace, resumable elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.datastructures import Headers, QueryParams
+from starlette.websockets import WebSocketDisconnect
+
+from ..websocket_protocol import ABORT_EXTENSION
+
+#: Frames on their way to a client (sent by the replica, not yet written by its front end).
+DEFAULT_WINDOW_BYTES = 256 * 1024
+DEFAULT_HEARTBEAT_S = 1.0
+#: The close code a route sees when the front end (or its client) vanished without one.
+ABNORMAL_CLOSURE = 1006
+
+
+@dataclass(frozen=True, slots=True)
+class TunnelScope:
+    """What the route reads of the client's handshake."""
+
+    path: str
+    query_string: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def duplex_route(self) -> bool:
+        return self.path.rstrip("/").endswith("/duplex")
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundBatch:
+    """Frames for the client, in order; then the close (``close_code``) or an abort.
+
+    ``session_id`` / ``incarnation``: the session the connection serves once known, and
+    the replica's incarnation (so a front end reports the death of this one only)."""
+
+    frames: tuple[str, ...] = ()
+    close_code: int | None = None
+    close_reason: str = ""
+    abort: bool = False
+    session_id: str | None = None
+    incarnation: str = ""
+
+    @property
+    def final(self) -> bool:
+        return self.abort or self.close_code is not None
+
+    @property
+    def size(self) -> int:
+        return sum(len(f) for f in self.frames)
+
+
+@dataclass(slots=True)
+class _Out:
+    frames: list[str] = field(default_factory=list)
+    size: int = 0
+
+
+class TunnelSocket:
+    """The replica's side of one front-end socket (see the module docstring)."""
+
+    def __init__(
+        self,
+        scope: TunnelScope,
+        *,
+        incarnation: str = "",
+        window_bytes: int = DEFAULT_WINDOW_BYTES,
+    ) -> None:
+        self.query_params = QueryParams(scope.query_string)
+        self.headers = Headers(
+            raw=[(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in scope.headers]
+        )
+        self.scope: dict[str, Any] = {
+            "type": "websocket",
+            "path": scope.path,
+            "extensions": {ABORT_EXTENSION: {"abort": self.abort}},
+        }
+        self.incarnation = incarnation
+        self.window_bytes = window_bytes
+        self.session_id: str | None = None
+        self._inbound: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._out = _Out()
+        self._in_flight = 0  # bytes handed to the front end, not yet acknowledged
+        self._close: tuple[int, str] | None = None
+        self._aborted = False
+        self._gone = False  # the client (or its front end) went away
+        self._finished = False  # the route is done with this socket
+        self._changed = asyncio.Event()
+        self._room = asyncio.Event()
+
+    # ---- the route's side (starlette's WebSocket, the parts it uses) -----------------
+
+    async def accept(self, subprotocol: str | None = None, headers: Any = None) -> None:
+        """The front end accepted the client's socket before it chose this replica."""
+
+    async def receive(self) -> dict[str, Any]:
+        return await self._inbound.get()
+
+    async def send_text(self, data: str) -> None:
+        while not self._gone and self._out.size + self._in_flight >= self.window_bytes:
+            self._room.clear()
+            await self._room.wait()
+        if self._gone or self._close is not None:
+            raise WebSocketDisconnect(ABNORMAL_CLOSURE)
+        self._out.frames.append(data)
+        self._out.size += len(data)
+        self._changed.set()
+
+    async def send_bytes(self, data: bytes) -> None:
+        await self.send_text(data.decode())
+
+    async def close(self, code: int = 1000, reason: str | None = None) -> None:
+        if self._close is None and not self._gone:
+            self._close = (code, reason or "")
+            self._changed.set()
+
+    def abort(self) -> None:
+        """Drop the client's socket now (nothing more is written): the route's answer to
+        a client that stopped reading. The route then sees the disconnect."""
+        if self._gone:
+            return
+        self._aborted = True
+        self.disconnect(ABNORMAL_CLOSURE)
+
+    def finished(self) -> None:
+        """The route returned: the stream ends after what waits."""
+        self._finished = True
+        self._changed.set()
+
+    # ---- the front end's side --------------------------------------------------------
+
+    def feed(self, frames: list[str | bytes]) -> None:
+        if self._gone:
+            return
+        for frame in frames:
+            key = "text" if isinstance(frame, str) else "bytes"
+            self._inbound.put_nowait({"type": "websocket.receive", key: frame})
+
+    def disconnect(self, code: int = ABNORMAL_CLOSURE) -> None:
+        if self._gone:
+            return
+        self._gone = True
+        self._inbound.put_nowait({"type": "websocket.disconnect", "code": code})
+        self._room.set()
+        self._changed.set()
+
+    def ack(self, size: int) -> None:
+        self._in_flight = max(0, self._in_flight - size)
+        self._room.set()
+
+    async def batches(
+        self, heartbeat_s: float = DEFAULT_HEARTBEAT_S
+    ) -> AsyncIterator[OutboundBatch]:
+        """What to write to the client, batch by batch, until the close or an abort (or
+        the end of the route); an empty batch every ``heartbeat_s`` while idle."""
+        while True:
+            self._changed.clear()
+            if self._aborted:
+                # Nothing that waits is written: the client is not reading.
+                yield OutboundBatch(abort=True, session_id=self.session_id)
+                return
+            if self._gone:
+                return
+            out, self._out = self._out, _Out()
+            final = self._close is not None
+            if out.frames or final:
+                self._in_flight += out.size
+                code, reason = self._close if self._close is not None else (None, "")
+                yield OutboundBatch(
+                    tuple(out.frames),
+                    close_code=code,
+                    close_reason=reason,
+                    session_id=self.session_id,
+                    incarnation=self.incarnation,
+                )
+                if final:
+                    return
+                continue
+            if self._finished:
+                return
+            try:
+                await asyncio.wait_for(self._changed.wait(), heartbeat_s)
+            except TimeoutError:
+                yield OutboundBatch(session_id=self.session_id, incarnation=self.incarnation)
+
+
+__all__ = ["ABNORMAL_CLOSURE", "OutboundBatch", "TunnelScope", "TunnelSocket"]
