@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -118,3 +119,36 @@ async def test_a_failed_stage_cleanup_keeps_the_slot_until_the_reaper_retries_it
         other.submit(commit())
         done = (await other_reader.until(is_type("response.done")))[-1]
         assert done.response["status"] == "completed"
+
+
+async def test_a_session_keeps_its_slot_while_its_runner_stops():
+    # The window between the runner leaving the running set and its stage cleanup: a new
+    # session opened there must be refused (the closing one still holds its resources).
+    async with DuplexOmni(deployment("loopback", max_sessions=1)) as omni:
+        closing = await omni.open_session()
+        reader = EventReader(closing)
+        closing.submit(append(sine_pcm16(2000)))
+        closing.submit(commit())
+        await reader.until(is_type("response.output_audio.delta"))
+
+        async def open_while_closing(orchestrator: Any) -> tuple[list[int], str | None]:
+            manager = orchestrator.manager
+            task = asyncio.create_task(manager.close(closing.session_id))
+            await asyncio.sleep(0)  # the close runs up to its first wait
+            refusal = None
+            try:
+                await manager.open("duplex-probe", {})
+            except DuplexSessionError as refused:
+                refusal = refused.code
+            counts = []
+            while not task.done():
+                counts.append(manager.admitted)
+                await asyncio.sleep(0)
+            return counts, refusal
+
+        counts, refusal = await omni.engine.call(open_while_closing)
+        assert refusal == "resource_exhausted"
+        assert counts and set(counts) == {1}, counts
+        assert (await reader.rest())[-1].type == "session.closed"
+        reopened = await omni.open_session()
+        assert (await EventReader(reopened).next()).type == "session.created"

@@ -70,6 +70,7 @@ class _PendingCleanup:
     reason: str
     attempts: int = 0
     tried: set[str] = field(default_factory=set)
+    stopping: bool = False  # its runner is still stopping: not the reaper's yet
 
 
 def new_session_id() -> str:
@@ -309,11 +310,16 @@ class DuplexSessionManager:
             self.abandon_open(session_id)
             return False
         session = runner.session
-        request_ids = await runner.stop(reason)
-        pending = _PendingCleanup(
-            session_id, sorted(set(request_ids) | session.request_ids), reason
-        )
-        self._closing[session_id] = pending  # the slot stays taken until cleanup is done
+        # The slot stays taken until cleanup is done, from the moment the runner leaves
+        # the running set (its stop may wait on the runner's task).
+        pending = _PendingCleanup(session_id, [], reason, stopping=True)
+        self._closing[session_id] = pending
+        request_ids: list[str] = []
+        try:
+            request_ids = await runner.stop(reason)
+        finally:
+            pending.request_ids = sorted(set(request_ids) | session.request_ids)
+            pending.stopping = False
         try:
             await self.session_stages.cleanup(pending.request_ids)
         except Exception:
@@ -328,7 +334,7 @@ class DuplexSessionManager:
         now = self.clock() if now is None else now
         done = 0
         for session_id, pending in list(self._closing.items()):
-            if session_id in self.runners:
+            if session_id in self.runners or pending.stopping:
                 continue
             try:
                 await self.session_stages.cleanup(pending.request_ids)
