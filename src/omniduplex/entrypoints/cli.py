@@ -112,7 +112,23 @@ def _serve(args: argparse.Namespace) -> int:
     origins = OriginPolicy.for_bind(
         args.host, allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin
     )
-    if pipeline.session_mode == "duplex":
+    cluster = None
+    if args.ray is not None:
+        if pipeline.session_mode != "duplex":
+            print("omniduplex serve: --ray serves duplex deployments only", file=sys.stderr)
+            return 2
+        from .cluster.app import build_cluster_app
+        from .cluster.ray_backend import ClusterUnavailableError, RayCluster
+
+        try:
+            cluster = RayCluster.connect(args.ray, pipeline)
+        except (ClusterUnavailableError, ValueError) as exc:
+            print(f"omniduplex serve: {exc}", file=sys.stderr)
+            return 2
+        app = build_cluster_app(
+            cluster, api_key=args.api_key, model_name=model_name, origins=origins
+        )
+    elif pipeline.session_mode == "duplex":
         app = build_app(
             DuplexOmni(pipeline), api_key=args.api_key, model_name=model_name, origins=origins
         )
@@ -130,7 +146,11 @@ def _serve(args: argparse.Namespace) -> int:
     config = uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level)
     configure_server_logs([args.api_key] if args.api_key else [])  # uvicorn's handlers exist now
     server = _graceful_server_class()(config, exit_on_engine_failure=args.exit_on_engine_failure)
-    server.run()
+    try:
+        server.run()
+    finally:
+        if cluster is not None:
+            cluster.stop()
     return 0 if server.engine_failure is None else ENGINE_FAILURE_EXIT_CODE
 
 
@@ -169,6 +189,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"exit with status {ENGINE_FAILURE_EXIT_CODE} so a supervisor (systemd, Kubernetes) "
         "starts a fresh server (default); --no-exit-on-engine-failure keeps the process up, "
         "refusing sessions and answering /health with 503",
+    )
+    serve.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS",
+        help="serve the deployment's engine replicas on a Ray cluster (its cluster: section): "
+        "HOST:PORT of the head's GCS, or auto (the local cluster, started if none runs); "
+        "this process is then a stateless front end, and any number of them may run",
     )
     bench = commands.add_parser("bench", help="load-test a Realtime server (omniduplex.bench)")
     from ..bench.cli import add_arguments as add_bench_arguments

@@ -1,22 +1,32 @@
 """Engine replicas on a real local Ray cluster (2 CPUs, loopback only), two front ends.
 
-One cluster for the module: two replicas of the loopback model (``max_sessions: 2`` each)
-and two front ends on their own ports, each a ``build_cluster_app`` served in a thread.
+One cluster for the module: two replicas of the loopback model (paced like a speaker, so
+a reply takes as long as it sounds; ``max_sessions: 2`` each) and two front ends on their
+own ports, each a ``build_cluster_app`` served in a thread; a third front end is
+``omniduplex serve --ray`` in a subprocess, to be killed. Every test leaves no session
+open. Waits are bounded polls (a hang guard), never timing assertions.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 ray = pytest.importorskip("ray")
 
-from server_harness import RunningServer, run_app, wire  # noqa: E402
+from server_harness import TIMEOUT_S, RunningServer, free_port, run_app, wire  # noqa: E402
 
 from omniduplex.config.pipeline import load_deploy_config  # noqa: E402
 from omniduplex.entrypoints.cluster.app import build_cluster_app  # noqa: E402
@@ -29,6 +39,8 @@ MAX_SESSIONS = 2
 class Cluster:
     backends: list[RayCluster]
     front_ends: list[RunningServer]
+    namespace: str
+    deploy_yaml: Path
 
     async def replica_of(self, session_id: str) -> str | None:
         return await self.backends[0].locate(session_id)
@@ -37,29 +49,36 @@ class Cluster:
         view = await self.backends[0].view()
         return {r.name: r.sessions for r in view.replicas if r.alive}
 
+    async def until_loads(self, wanted: dict[str, int]) -> None:
+        for _ in range(int(TIMEOUT_S / 0.05)):
+            if await self.loads() == wanted:
+                return
+            await asyncio.sleep(0.05)
+        assert await self.loads() == wanted
+
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     namespace = f"omniduplex-test-{uuid.uuid4().hex[:8]}"
     ray.init(num_cpus=2, include_dashboard=False, namespace=namespace, log_to_driver=False)
-    pipeline = load_deploy_config("loopback-fast")
-    pipeline = dataclasses.replace(
-        pipeline,
-        duplex_session={**pipeline.duplex_session, "max_sessions": MAX_SESSIONS},
-        cluster={
-            "replicas": 2,
-            "resources_per_replica": {"num_cpus": 1},
-            "max_restarts": 2,
-            "namespace": namespace,
-        },
+    deploy_yaml = tmp_path_factory.mktemp("deploy") / "cluster.yaml"
+    deploy_yaml.write_text(
+        "base_config: loopback\n"
+        f"duplex_session: {{max_sessions: {MAX_SESSIONS}, disconnect_grace_s: 30}}\n"
+        "cluster:\n"
+        "  replicas: 2\n"
+        "  resources_per_replica: {num_cpus: 1}\n"
+        "  max_restarts: 2\n"
+        f"  namespace: {namespace}\n"
     )
+    pipeline = load_deploy_config(deploy_yaml)
     backends = [RayCluster.connect(None, pipeline) for _ in range(2)]
     try:
         with (
             run_app(build_cluster_app(backends[0], model_name="loopback")) as one,
             run_app(build_cluster_app(backends[1], model_name="loopback")) as two,
         ):
-            yield Cluster(backends, [one, two])
+            yield Cluster(backends, [one, two], namespace, deploy_yaml)
     finally:
         backends[0].stop(replicas=True)
         ray.shutdown()
@@ -129,3 +148,146 @@ async def test_sessions_spread_and_resume_through_the_other_front_end(cluster: C
             break
         await asyncio.sleep(0.05)
     assert await cluster.loads() == {"replica-0": 0, "replica-1": 0}
+
+
+async def _close(ctx: Any, client: Any) -> None:
+    await client.send({"type": "session.close"})
+    await client.until("session.closed")
+    await ctx.__aexit__(None, None, None)
+
+
+async def test_admission_is_cluster_wide(cluster: Cluster) -> None:
+    one, two = cluster.front_ends
+    opened = [await _open(url) for url in (one.ws_url, two.ws_url, one.ws_url, two.ws_url)]
+    await cluster.until_loads({"replica-0": MAX_SESSIONS, "replica-1": MAX_SESSIONS})
+    async with wire(one.ws_url + "?duplex=1") as refused:
+        await refused.send({"type": "session.update", "session": {}})
+        error = await refused.recv()
+        assert error["type"] == "error"
+        assert error["error"]["code"] == "resource_exhausted"
+    ctx, client, _ = opened.pop()
+    await _close(ctx, client)
+    ctx, client, _ = await _open(two.ws_url)  # a slot came free: admitted again
+    opened.append((ctx, client, _))
+    for ctx, client, _ in opened:
+        await _close(ctx, client)
+    await cluster.until_loads({"replica-0": 0, "replica-1": 0})
+
+
+async def _reply_started(client: Any, ms: int = 3000) -> None:
+    await client.speak(ms)
+    await client.send({"type": "input_audio_buffer.commit"})
+    await client.send({"type": "response.create"})
+    await client.until("response.output_audio.delta")
+
+
+async def test_a_killed_replica_ends_its_sessions_and_comes_back(cluster: Cluster) -> None:
+    one, two = cluster.front_ends
+    ctx_a, a, created_a = await _open(one.ws_url)
+    ctx_b, b, created_b = await _open(two.ws_url)
+    doomed = await cluster.replica_of(created_a["session"]["id"])
+    survivor = await cluster.replica_of(created_b["session"]["id"])
+    assert doomed is not None and survivor is not None and doomed != survivor
+    await _reply_started(a)
+    ray.kill(ray.get_actor(doomed, namespace=cluster.namespace), no_restart=False)
+
+    await a.until("session.closed")
+    events = a.received
+    assert events[-1]["reason"] == "replica_failed"
+    assert all(e["type"] != "response.done" for e in events), "cut mid-reply"
+    seqs = [e["server_event_seq"] for e in events if "server_event_seq" in e]
+    assert seqs == list(range(1, len(seqs) + 1))
+    await ctx_a.__aexit__(None, None, None)
+
+    # The other replica's session never noticed.
+    await b.speak(300)
+    await b.send({"type": "input_audio_buffer.commit"})
+    await b.send({"type": "response.create"})
+    await b.until("response.done")
+
+    # While the dead one is out, a new session goes to the live replica.
+    assert doomed not in await cluster.loads()
+    ctx_c, c, created_c = await _open(one.ws_url)
+    assert await cluster.replica_of(created_c["session"]["id"]) == survivor
+
+    # Ray restarts it; it takes sessions again (the survivor is full now).
+    await cluster.until_loads({survivor: MAX_SESSIONS, doomed: 0})
+    ctx_d, d, created_d = await _open(two.ws_url)
+    assert await cluster.replica_of(created_d["session"]["id"]) == doomed
+    for ctx, client in ((ctx_b, b), (ctx_c, c), (ctx_d, d)):
+        await _close(ctx, client)
+    await cluster.until_loads({"replica-0": 0, "replica-1": 0})
+
+
+@dataclasses.dataclass
+class FrontEndProcess:
+    ws_url: str
+    process: subprocess.Popen[bytes]
+
+
+@pytest.fixture
+def doomed_front_end(cluster: Cluster) -> Iterator[FrontEndProcess]:
+    """``omniduplex serve --ray`` in a subprocess, joined to the test's cluster."""
+    port = free_port()
+    address = ray.get_runtime_context().gcs_address
+    command = [sys.executable, "-m", "omniduplex.entrypoints.cli", "serve"]
+    command += [str(cluster.deploy_yaml), "--ray", address, "--port", str(port)]
+    process = subprocess.Popen([*command, "--log-level", "warning"])
+    try:
+        deadline = time.monotonic() + 4 * TIMEOUT_S
+        while True:
+            assert process.poll() is None, "the front end exited"
+            assert time.monotonic() < deadline, "the front end did not come up"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.2)
+        yield FrontEndProcess(f"ws://127.0.0.1:{port}/v1/realtime", process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(TIMEOUT_S)
+
+
+async def test_front_end_killed_mid_reply_resumes_through_another(
+    cluster: Cluster, doomed_front_end: FrontEndProcess
+) -> None:
+    ctx, client, created = await _open(doomed_front_end.ws_url)
+    session_id = created["session"]["id"]
+    replica = await cluster.replica_of(session_id)
+    await _reply_started(client)
+    doomed_front_end.process.send_signal(signal.SIGKILL)
+    doomed_front_end.process.wait(TIMEOUT_S)
+    kept = list(client.received)
+    with contextlib.suppress(Exception):
+        await ctx.__aexit__(None, None, None)
+    assert all(e["type"] != "response.done" for e in kept), "cut mid-reply"
+
+    async with wire(cluster.front_ends[1].ws_url + "?resume=1&duplex=1") as again:
+        await again.send(
+            {
+                "type": "session.resume",
+                "session_id": session_id,
+                "resume_token": created["resume_token"],
+                "last_received_server_event_seq": kept[-1]["server_event_seq"],
+            }
+        )
+        resumed = await again.recv()
+        assert resumed["type"] == "session.resumed", resumed
+        kept.extend(await again.until("response.done"))
+        assert await cluster.replica_of(session_id) == replica
+        await again.send({"type": "session.close"})
+        kept.extend(await again.until("session.closed"))
+    _assert_exactly_once(kept)
+    await cluster.until_loads({"replica-0": 0, "replica-1": 0})
+
+
+def test_an_unreachable_ray_head_is_a_clear_error(cluster: Cluster) -> None:
+    port = free_port()  # nothing listens there
+    command = [sys.executable, "-m", "omniduplex.entrypoints.cli", "serve"]
+    command += [str(cluster.deploy_yaml), "--ray", f"127.0.0.1:{port}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=4 * TIMEOUT_S)
+    assert done.returncode == 2
+    assert "unreachable" in done.stderr

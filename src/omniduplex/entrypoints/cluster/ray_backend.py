@@ -210,13 +210,14 @@ class RayCluster(ReplicaBackend):
         *,
         probe_s: float = 0.5,
     ) -> RayCluster:
-        """Join (or with ``address`` ``auto``/``None`` and no running Ray, start) the
-        cluster, create the directory and replicas that do not exist, and wait until every
-        replica serves. Raises ``ClusterUnavailableError``."""
+        """Join the cluster at ``address`` (``HOST:PORT``; ``auto`` or ``None``: start a
+        local one, unless this process has joined one already), create the directory and
+        the replicas that do not exist, and wait until every replica serves. Raises
+        ``ClusterUnavailableError``."""
         config = ClusterConfig.from_mapping(pipeline.cluster)
         started = False
         if not ray.is_initialized():
-            if address not in (None, "auto", "local"):
+            if address not in (None, "auto"):
                 _check_reachable(address)
                 ray.init(address=address, namespace=config.namespace, log_to_driver=False)
             else:

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...config.pipeline import PipelineConfig
-from ...engine.duplex.messages import SessionEventMessage
 from ...protocol.duplex import events as ev
 from ..duplex.serving import RealtimeRoute
 from ..duplex_omni import DuplexOmni, DuplexSessionHandle
@@ -109,8 +108,9 @@ class ReplicaOmni(DuplexOmni):
 
     def _route_engine_message(self, message: object) -> bool:
         handled = super()._route_engine_message(message)
-        if isinstance(message, SessionEventMessage) and isinstance(message.event, ev.SessionClosed):
-            self._replica.reports.ended(self._replica.name, message.session_id)
+        # A session's terminal event (the pump's message carries the session's id).
+        if isinstance(getattr(message, "event", None), ev.SessionClosed):
+            self._replica.reports.ended(self._replica.name, message.session_id)  # type: ignore[attr-defined]
         return handled
 
 
