@@ -6,7 +6,9 @@ an output late). The held outputs are then released in one of two places:
 
 - ``behind_cancel``: in the same orchestrator step as the cancel, while the orchestrator
   still holds the request, so they are forwarded into the session's mailbox right behind
-  the cancel (only the runner's epoch fence can stop them);
+  the cancel (the runner's epoch fence stops them, and for this turn-based model the
+  response's ownership guard would too: each guard has its own test in
+  ``test_duplex_guarantees_stale_outputs.py``);
 - ``after_abort``: after the cancel's ``response.done`` was received, when the
   orchestrator has already forgotten the aborted request.
 """
