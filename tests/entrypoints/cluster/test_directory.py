@@ -72,3 +72,20 @@ def test_no_live_replica_no_placement() -> None:
     directory.failed("r0")
     directory.failed("r1")
     assert directory.place() is None
+
+
+def test_snapshots_and_reports_converge_whatever_their_order() -> None:
+    directory = SessionDirectory()
+    directory.register("r0", max_sessions=4, incarnation="a", version=0)
+    directory.opened("r0", "s1", version=1)
+    directory.opened("r0", "s2", version=2)
+    # A probe's snapshot taken before s2 opened arrives late: it changes nothing.
+    directory.register("r0", max_sessions=4, incarnation="a", sessions=["s1"], version=1)
+    assert directory.locate("s2") == "r0"
+    # A snapshot taken after s1 ended, before its report arrived, applies; the late
+    # report of an older open cannot bring s1 back.
+    directory.register("r0", max_sessions=4, incarnation="a", sessions=["s2"], version=3)
+    directory.ended("r0", "s1", version=3)
+    directory.opened("r0", "s1", version=1)
+    assert directory.locate("s1") is None
+    assert directory.view().sessions == 1

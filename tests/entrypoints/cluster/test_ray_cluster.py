@@ -49,6 +49,17 @@ class Cluster:
         view = await self.backends[0].view()
         return {r.name: r.sessions for r in view.replicas if r.alive}
 
+    async def until_detached(self, replica: str, session_id: str) -> None:
+        """Until the replica's route holds the session with no socket (disconnect grace)."""
+        handle = ray.get_actor(replica, namespace=self.namespace)
+        for _ in range(int(TIMEOUT_S / 0.05)):
+            info = await handle.start.remote()
+            assert session_id in info.sessions, "the session is gone"
+            if session_id in info.detached:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{session_id} is still attached on {replica}")
+
     async def until_loads(self, wanted: dict[str, int]) -> None:
         for _ in range(int(TIMEOUT_S / 0.05)):
             if await self.loads() == wanted:
@@ -264,6 +275,8 @@ async def test_front_end_killed_mid_reply_resumes_through_another(
     with contextlib.suppress(Exception):
         await ctx.__aexit__(None, None, None)
     assert all(e["type"] != "response.done" for e in kept), "cut mid-reply"
+    assert replica is not None
+    await cluster.until_detached(replica, session_id)  # in its disconnect grace
 
     async with wire(cluster.front_ends[1].ws_url + "?resume=1&duplex=1") as again:
         await again.send(

@@ -13,6 +13,11 @@ front end keeps nothing about a session beyond its socket.
 * A later resume: ``locate(session_id)`` names the replica that holds it.
 * A replica that died: ``failed(name)`` takes its slots out of admission and forgets its
   sessions; when Ray has restarted it, it ``register``\\ s again with a new incarnation.
+
+A replica numbers what it reports (``version``: +1 per session opened or ended), and its
+``register`` snapshots carry the number they were taken at, so a snapshot older than a
+report already applied (or a report older than a snapshot) changes nothing: the
+directory converges on what the replica holds whatever order they arrive in.
 """
 
 from __future__ import annotations
@@ -96,6 +101,7 @@ class _Replica:
     alive: bool = True
     sessions: set[str] = field(default_factory=set)
     pending: dict[str, float] = field(default_factory=dict)  # ticket -> placed at
+    version: int = 0  # of the last report or snapshot applied
 
     @property
     def load(self) -> int:
@@ -118,10 +124,16 @@ class SessionDirectory:
     # ---- replicas ---------------------------------------------------------------------
 
     def register(
-        self, name: str, *, max_sessions: int, incarnation: str, sessions: Iterable[str] = ()
+        self,
+        name: str,
+        *,
+        max_sessions: int,
+        incarnation: str,
+        sessions: Iterable[str] = (),
+        version: int = 0,
     ) -> None:
-        """A replica serves (again). A new incarnation (Ray restarted it) starts empty;
-        the same one reconciles its live sessions with what it reports."""
+        """A replica serves (again), holding ``sessions`` as of its report ``version``. A
+        new incarnation (Ray restarted it) replaces the old one's record."""
         record = self._replicas.get(name)
         if record is None or record.incarnation != incarnation:
             if record is not None:
@@ -130,6 +142,9 @@ class SessionDirectory:
             self._replicas[name] = record
         record.alive = True
         record.max_sessions = max_sessions
+        if version < record.version:
+            return  # a report newer than this snapshot was applied already
+        record.version = version
         live = set(sessions)
         for gone in record.sessions - live:
             self._unmap(gone, name)
@@ -170,12 +185,16 @@ class SessionDirectory:
         best.pending[ticket] = self._clock()
         return Placement(best.name, ticket, full=best.load > best.max_sessions)
 
-    def opened(self, name: str, session_id: str, ticket: str | None = None) -> None:
+    def opened(
+        self, name: str, session_id: str, ticket: str | None = None, version: int | None = None
+    ) -> None:
         record = self._replicas.get(name)
         if record is None or not record.alive:
             return
         if ticket is not None:
             record.pending.pop(ticket, None)
+        if not self._fresh(record, version):
+            return
         record.sessions.add(session_id)
         self._where[session_id] = name
 
@@ -185,10 +204,11 @@ class SessionDirectory:
         if record is not None:
             record.pending.pop(ticket, None)
 
-    def ended(self, name: str, session_id: str) -> None:
+    def ended(self, name: str, session_id: str, version: int | None = None) -> None:
         record = self._replicas.get(name)
-        if record is not None:
-            record.sessions.discard(session_id)
+        if record is None or not self._fresh(record, version):
+            return
+        record.sessions.discard(session_id)
         self._unmap(session_id, name)
 
     def locate(self, session_id: str) -> str | None:
@@ -214,6 +234,16 @@ class SessionDirectory:
         )
 
     # ---- internals --------------------------------------------------------------------
+
+    @staticmethod
+    def _fresh(record: _Replica, version: int | None) -> bool:
+        """Whether a report is newer than what was applied (and note it)."""
+        if version is None:
+            return True
+        if version <= record.version:
+            return False
+        record.version = version
+        return True
 
     def _expire(self) -> None:
         cutoff = self._clock() - self.pending_ttl_s

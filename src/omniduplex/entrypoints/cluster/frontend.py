@@ -42,6 +42,8 @@ REALTIME_SUBPROTOCOL = "realtime"
 REPLICA_FAILED = "replica_failed"
 #: Client frames waiting for the replica (the reader stops reading beyond this).
 MAX_PENDING_FRAMES = 256
+#: Replicas a new session tries when the one it was placed on turns out dead.
+MAX_PLACEMENTS = 3
 
 
 class ReplicaUnavailable(Exception):
@@ -155,7 +157,6 @@ class ClusterRoute:
                 websocket, envelope, "server_shutting_down", "the server is shutting down", 1001
             )
             return
-        ticket: str | None = None
         if resume_of is not None:
             replica = await self.backend.locate(resume_of)
             if replica is None:
@@ -166,19 +167,26 @@ class ClusterRoute:
                     f"Unknown or expired duplex session: {resume_of}",
                 )
                 return
-        else:
+            await self._pump(websocket, envelope, replica, scope, first_frames, None, resume_of)
+            return
+        for _ in range(MAX_PLACEMENTS):
             placement = await self.backend.place()
             if placement is None:
-                await self._refuse(
-                    websocket,
-                    envelope,
-                    "engine_unavailable",
-                    "the model engine is unavailable: no replica is serving",
-                    1011,
-                )
+                break
+            link = await self._pump(
+                websocket, envelope, placement.replica, scope, first_frames, placement.ticket, None
+            )
+            if not link.never_reached:
                 return
-            replica, ticket = placement.replica, placement.ticket
-        await self._pump(websocket, envelope, replica, scope, first_frames, ticket, resume_of)
+            # The replica was gone before it took the connection: another one may take it.
+            first_frames = [*first_frames, *link.undelivered]
+        await self._refuse(
+            websocket,
+            envelope,
+            "engine_unavailable",
+            "the model engine is unavailable: no replica is serving",
+            1011,
+        )
 
     async def _first_frame(self, websocket: WebSocket) -> str | bytes | None:
         try:
@@ -213,7 +221,9 @@ class ClusterRoute:
         first_frames: list[str | bytes],
         ticket: str | None,
         session_id: str | None,
-    ) -> None:
+    ) -> _Link:
+        """Tunnel the socket to ``replica`` until either side ends; the link, which says
+        whether the replica was reached at all."""
         link = _Link(self.backend, websocket, replica, session_id)
         stream = self.backend.tunnel(replica, link.conn_id, scope, first_frames, ticket)
         reader = asyncio.create_task(link.read())
@@ -231,7 +241,8 @@ class ClusterRoute:
                     await asyncio.wait_for(asyncio.shield(writer), 5.0)
             if link.replica_failed:
                 await self.backend.failed(replica, link.incarnation)
-                await link.report_replica_death(envelope)
+                if not (link.never_reached and ticket is not None):
+                    await link.report_replica_death(envelope)
         finally:
             self._connections.discard(writer)
             for task in tasks:
@@ -239,6 +250,7 @@ class ClusterRoute:
             await asyncio.gather(*tasks, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await stream.aclose()  # type: ignore[attr-defined]
+        return link
 
     async def shutdown(self) -> None:
         """Stop accepting; the connections' sessions detach on their replicas as their
@@ -260,8 +272,23 @@ class _Link:
         self.incarnation = ""
         self.last_seq = 0
         self.replica_failed = False
+        self.batches = 0
         self.client_close_code = ABNORMAL_CLOSURE
         self.inbound: asyncio.Queue[str | bytes] = asyncio.Queue(MAX_PENDING_FRAMES)
+        self.unsent: list[str | bytes] = []  # a batch the replica could not take
+
+    @property
+    def never_reached(self) -> bool:
+        """The replica failed before it sent anything (it never served the socket)."""
+        return self.replica_failed and self.batches == 0
+
+    @property
+    def undelivered(self) -> list[str | bytes]:
+        """The client's frames the replica never took, in order."""
+        frames = list(self.unsent)
+        while not self.inbound.empty():
+            frames.append(self.inbound.get_nowait())
+        return frames
 
     async def read(self) -> None:
         """The client's frames into the queue, until it disconnects."""
@@ -280,31 +307,54 @@ class _Link:
                 frames = [await self.inbound.get()]
                 while not self.inbound.empty():
                     frames.append(self.inbound.get_nowait())
-                await self.backend.send(self.replica, self.conn_id, frames)
+                try:
+                    await self.backend.send(self.replica, self.conn_id, frames)
+                except ReplicaUnavailable:
+                    self.unsent = frames
+                    raise
         except ReplicaUnavailable:
             self.replica_failed = True
 
     async def write(self, stream: AsyncIterator[OutboundBatch]) -> None:
-        """The replica's batches onto the socket, until the close (or an abort)."""
+        """The replica's batches onto the socket, until the close (or an abort, or the
+        end of the stream). The stream is taken as it comes, whatever the socket does, so
+        an abort overtakes a write that waits on a client that is not reading; what is
+        taken and not yet written is bounded by the tunnel's window."""
+        batches: asyncio.Queue[OutboundBatch | None] = asyncio.Queue()
+        consumer = asyncio.create_task(self._consume(stream, batches))
         websocket = self.websocket
         try:
-            async for batch in stream:
-                self.incarnation = batch.incarnation or self.incarnation
-                self.session_id = batch.session_id or self.session_id
+            while (batch := await batches.get()) is not None:
                 for frame in batch.frames:
                     await websocket.send_text(frame)
                     self.last_seq = _last_seq(frame, self.last_seq)
                 if batch.frames:
                     self.backend.ack(self.replica, self.conn_id, batch.size)
-                if batch.abort:
-                    _abort(websocket)
-                    return
                 if batch.close_code is not None:
                     with contextlib.suppress(Exception):
                         await websocket.close(code=batch.close_code, reason=batch.close_reason)
                     return
+        finally:
+            consumer.cancel()
+            await asyncio.gather(consumer, return_exceptions=True)
+
+    async def _consume(
+        self, stream: AsyncIterator[OutboundBatch], batches: asyncio.Queue[OutboundBatch | None]
+    ) -> None:
+        try:
+            async for batch in stream:
+                self.batches += 1
+                self.incarnation = batch.incarnation or self.incarnation
+                self.session_id = batch.session_id or self.session_id
+                if batch.abort:
+                    _abort(self.websocket)
+                    return
+                if batch.frames or batch.final:
+                    batches.put_nowait(batch)
         except ReplicaUnavailable:
             self.replica_failed = True
+        finally:
+            batches.put_nowait(None)
 
     async def report_replica_death(self, envelope: RealtimeEnvelope) -> None:
         """``session.closed`` (reason ``replica_failed``) where the client may see it,

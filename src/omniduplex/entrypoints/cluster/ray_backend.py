@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 
 #: Concurrent calls one replica actor serves (each open connection holds one: its stream).
 REPLICA_MAX_CONCURRENCY = 100_000
+#: Batches a tunnel's stream may run ahead of its front end. Ray's backpressure is also
+#: what ends the stream (and so detaches the session) once the front end is gone: an
+#: idle tunnel's heartbeat finds out.
+TUNNEL_BACKPRESSURE_BATCHES = 8
 #: How long a probe may take before the watch moves on (a slow replica is not a dead one).
 PROBE_TIMEOUT_S = 10.0
 
@@ -50,20 +54,27 @@ class ClusterUnavailableError(RuntimeError):
 
 @ray.remote(num_cpus=0, max_restarts=-1)
 class SessionDirectoryActor:
-    def __init__(self, namespace: str, probe_s: float = 0.5) -> None:
+    """The directory, and the watch over the replicas named at its creation. Restarted
+    by Ray after a crash, it starts empty and its first probe rebuilds it from the
+    replicas (each reports the sessions it holds)."""
+
+    def __init__(self, namespace: str, names: list[str], probe_s: float = 0.5) -> None:
         self.directory = SessionDirectory()
         self.namespace = namespace
         self.probe_s = probe_s
-        self._names: list[str] = []
+        self._names = list(names)
         self._handles: dict[str, Any] = {}
         self._watch: asyncio.Task[None] | None = None
 
-    async def watch(self, names: list[str]) -> None:
-        for name in names:
-            if name not in self._names:
-                self._names.append(name)
+    def _watching(self) -> SessionDirectory:
         if self._watch is None:
             self._watch = asyncio.get_running_loop().create_task(self._probe_forever())
+        return self.directory
+
+    async def watch(self) -> None:
+        """Probe every replica now, then every ``probe_s``."""
+        self._watching()
+        await asyncio.gather(*(self._probe(name) for name in self._names))
 
     async def _probe_forever(self) -> None:
         while True:
@@ -89,52 +100,59 @@ class SessionDirectoryActor:
             max_sessions=info.max_sessions,
             incarnation=info.incarnation,
             sessions=info.sessions,
+            version=info.version,
         )
 
     async def register(
-        self, name: str, max_sessions: int, incarnation: str, sessions: list[str]
+        self, name: str, max_sessions: int, incarnation: str, sessions: list[str], version: int
     ) -> None:
-        self.directory.register(
-            name, max_sessions=max_sessions, incarnation=incarnation, sessions=sessions
+        self._watching().register(
+            name,
+            max_sessions=max_sessions,
+            incarnation=incarnation,
+            sessions=sessions,
+            version=version,
         )
 
     async def place(self) -> Placement | None:
-        return self.directory.place()
+        return self._watching().place()
 
-    async def opened(self, name: str, session_id: str, ticket: str | None) -> None:
-        self.directory.opened(name, session_id, ticket)
+    async def opened(self, name: str, session_id: str, ticket: str | None, version: int) -> None:
+        self._watching().opened(name, session_id, ticket, version)
 
     async def settle(self, name: str, ticket: str) -> None:
-        self.directory.settle(name, ticket)
+        self._watching().settle(name, ticket)
 
-    async def ended(self, name: str, session_id: str) -> None:
-        self.directory.ended(name, session_id)
+    async def ended(self, name: str, session_id: str, version: int) -> None:
+        self._watching().ended(name, session_id, version)
 
     async def locate(self, session_id: str) -> str | None:
-        return self.directory.locate(session_id)
+        return self._watching().locate(session_id)
 
     async def failed(self, name: str, incarnation: str | None) -> bool:
-        return self.directory.failed(name, incarnation or None)
+        return self._watching().failed(name, incarnation or None)
 
     async def view(self) -> ClusterView:
-        return self.directory.view()
+        return self._watching().view()
 
 
 class _ActorReports(DirectoryReports):
     def __init__(self, directory: Any) -> None:
         self.directory = directory
 
-    def register(self, name: str, max_sessions: int, incarnation: str, sessions: list[str]) -> None:
-        self.directory.register.remote(name, max_sessions, incarnation, sessions)
+    def register(
+        self, name: str, max_sessions: int, incarnation: str, sessions: list[str], version: int
+    ) -> None:
+        self.directory.register.remote(name, max_sessions, incarnation, sessions, version)
 
-    def opened(self, name: str, session_id: str, ticket: str | None) -> None:
-        self.directory.opened.remote(name, session_id, ticket)
+    def opened(self, name: str, session_id: str, ticket: str | None, version: int) -> None:
+        self.directory.opened.remote(name, session_id, ticket, version)
 
     def settle(self, name: str, ticket: str) -> None:
         self.directory.settle.remote(name, ticket)
 
-    def ended(self, name: str, session_id: str) -> None:
-        self.directory.ended.remote(name, session_id)
+    def ended(self, name: str, session_id: str, version: int) -> None:
+        self.directory.ended.remote(name, session_id, version)
 
 
 # ---- the replica actor --------------------------------------------------------------------
@@ -192,6 +210,19 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
         ) from None
 
 
+async def _batches(refs: Any) -> AsyncIterator[OutboundBatch]:
+    try:
+        async for ref in refs:
+            yield await ref
+    except RayError as exc:
+        raise ReplicaUnavailable(str(exc)) from exc
+
+
+async def _unavailable(exc: Exception) -> AsyncIterator[OutboundBatch]:
+    raise ReplicaUnavailable(str(exc))
+    yield  # an async generator that raises on its first step
+
+
 @dataclass(slots=True)
 class RayCluster(ReplicaBackend):
     """A front end's handle on the replicas (see the module docstring)."""
@@ -226,7 +257,7 @@ class RayCluster(ReplicaBackend):
         namespace = config.namespace
         directory = SessionDirectoryActor.options(  # type: ignore[attr-defined]
             name=DIRECTORY_NAME, namespace=namespace, lifetime="detached", get_if_exists=True
-        ).remote(namespace, probe_s)
+        ).remote(namespace, config.replica_names, probe_s)
         resources = dict(config.resources_per_replica)
         replicas = {
             name: EngineReplicaActor.options(  # type: ignore[attr-defined]
@@ -243,7 +274,7 @@ class RayCluster(ReplicaBackend):
         }
         try:
             ray.get([r.start.remote() for r in replicas.values()], timeout=config.startup_timeout_s)
-            ray.get(directory.watch.remote(list(replicas)), timeout=config.startup_timeout_s)
+            ray.get(directory.watch.remote(), timeout=config.startup_timeout_s)
         except (RayError, GetTimeoutError) as exc:
             raise ClusterUnavailableError(f"the engine replicas did not start: {exc}") from exc
         return cls(
@@ -271,7 +302,7 @@ class RayCluster(ReplicaBackend):
     async def locate(self, session_id: str) -> str | None:
         return await self.directory.locate.remote(session_id)
 
-    async def tunnel(
+    def tunnel(
         self,
         replica: str,
         conn_id: str,
@@ -279,13 +310,16 @@ class RayCluster(ReplicaBackend):
         first_frames: list[str | bytes],
         ticket: str | None,
     ) -> AsyncIterator[OutboundBatch]:
-        handle = self._replica(replica)
+        # Submitted now, before any of the connection's later calls: Ray runs one caller's
+        # calls to an actor in the order they were made.
         try:
-            refs = handle.tunnel.remote(conn_id, scope, first_frames, ticket)
-            async for ref in refs:
-                yield await ref
-        except RayError as exc:
-            raise ReplicaUnavailable(str(exc)) from exc
+            method = self._replica(replica).tunnel.options(
+                _generator_backpressure_num_objects=TUNNEL_BACKPRESSURE_BATCHES
+            )
+            refs = method.remote(conn_id, scope, first_frames, ticket)
+        except (RayError, ValueError) as exc:
+            return _unavailable(exc)
+        return _batches(refs)
 
     async def send(self, replica: str, conn_id: str, frames: list[str | bytes]) -> None:
         try:

@@ -39,11 +39,13 @@ class DirectoryReports(ABC):
     """What a replica tells the session directory (one-way, in order)."""
 
     @abstractmethod
-    def register(self, name: str, max_sessions: int, incarnation: str, sessions: list[str]) -> None:
-        """The replica serves, with these sessions."""
+    def register(
+        self, name: str, max_sessions: int, incarnation: str, sessions: list[str], version: int
+    ) -> None:
+        """The replica serves, with these sessions (as of report ``version``)."""
 
     @abstractmethod
-    def opened(self, name: str, session_id: str, ticket: str | None) -> None:
+    def opened(self, name: str, session_id: str, ticket: str | None, version: int) -> None:
         """A session opened here (on the placement ``ticket``, if any)."""
 
     @abstractmethod
@@ -51,7 +53,7 @@ class DirectoryReports(ABC):
         """A placement ended without opening a session."""
 
     @abstractmethod
-    def ended(self, name: str, session_id: str) -> None:
+    def ended(self, name: str, session_id: str, version: int) -> None:
         """A session held here ended."""
 
 
@@ -61,6 +63,9 @@ class ReplicaInfo:
     incarnation: str
     max_sessions: int
     sessions: tuple[str, ...] = ()
+    # Those of them in their disconnect grace (no socket): resumable through any front end.
+    detached: tuple[str, ...] = ()
+    version: int = 0
     model: str = ""
     dead_reason: str | None = None
 
@@ -94,7 +99,8 @@ class ReplicaOmni(DuplexOmni):
         if connecting is not None:
             connecting.tunnel.session_id = handle.session_id
             ticket, connecting.settled = connecting.ticket, True
-        self._replica.reports.opened(self._replica.name, handle.session_id, ticket)
+        replica = self._replica
+        replica.reports.opened(replica.name, handle.session_id, ticket, replica.next_version())
         return handle
 
     async def resume_session(
@@ -110,7 +116,9 @@ class ReplicaOmni(DuplexOmni):
         handled = super()._route_engine_message(message)
         # A session's terminal event (the pump's message carries the session's id).
         if isinstance(getattr(message, "event", None), ev.SessionClosed):
-            self._replica.reports.ended(self._replica.name, message.session_id)  # type: ignore[attr-defined]
+            replica = self._replica
+            session_id: str = message.session_id  # type: ignore[attr-defined]
+            replica.reports.ended(replica.name, session_id, replica.next_version())
         return handled
 
 
@@ -141,6 +149,7 @@ class ReplicaServer:
         self.model_name = pipeline.served_model_name or pipeline.name
         self.omni = ReplicaOmni(pipeline, replica=self)
         self.route: RealtimeRoute | None = None
+        self.version = 0  # of the last open or end reported
         self._starting: asyncio.Task[None] | None = None
         self._tunnels: dict[str, _Tunnel] = {}
 
@@ -156,10 +165,15 @@ class ReplicaServer:
     async def _start(self) -> None:
         await self.omni.start()
         self.route = RealtimeRoute(self.omni)
+        info = self.info()
         self.reports.register(
-            self.name, self.max_sessions, self.incarnation, list(self.omni._handles)
+            self.name, self.max_sessions, self.incarnation, list(info.sessions), info.version
         )
         log.info("replica %s (%s) serving", self.name, self.incarnation)
+
+    def next_version(self) -> int:
+        self.version += 1
+        return self.version
 
     @property
     def max_sessions(self) -> int:
@@ -171,9 +185,17 @@ class ReplicaServer:
             incarnation=self.incarnation,
             max_sessions=self.max_sessions,
             sessions=tuple(self.omni._handles),
+            detached=self._detached(),
+            version=self.version,
             model=self.model_name,
             dead_reason=self.omni.dead_reason,
         )
+
+    def _detached(self) -> tuple[str, ...]:
+        if self.route is None:
+            return ()
+        registry = self.route.registry
+        return tuple(sid for sid in registry if registry.socket_of(sid) is None)
 
     async def shutdown(self) -> None:
         if self.route is not None:

@@ -34,8 +34,10 @@ from starlette.websockets import WebSocketDisconnect
 
 from ..websocket_protocol import ABORT_EXTENSION
 
-#: Frames on their way to a client (sent by the replica, not yet written by its front end).
-DEFAULT_WINDOW_BYTES = 256 * 1024
+#: Frames on their way to a client (sent by the replica, not yet written by its front end):
+#: as much as one process lets wait in a socket's write buffer (``WRITE_BUFFER_HIGH``), so
+#: a cancel overtakes as much unsent audio as it would there.
+DEFAULT_WINDOW_BYTES = 64 * 1024
 DEFAULT_HEARTBEAT_S = 1.0
 #: The close code a route sees when the front end (or its client) vanished without one.
 ABNORMAL_CLOSURE = 1006
