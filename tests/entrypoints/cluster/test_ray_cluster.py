@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -304,3 +305,51 @@ def test_an_unreachable_ray_head_is_a_clear_error(cluster: Cluster) -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=4 * TIMEOUT_S)
     assert done.returncode == 2
     assert "unreachable" in done.stderr
+
+
+async def test_every_front_end_reports_the_cluster(cluster: Cluster) -> None:
+    for front_end in cluster.front_ends:
+        async with httpx.AsyncClient(base_url=front_end.http_url) as http:
+            health = await http.get("/health")
+            assert health.status_code == 200
+            replicas = health.json()["cluster"]["replicas"]
+            assert [(r["name"], r["alive"]) for r in replicas] == [
+                ("replica-0", True),
+                ("replica-1", True),
+            ]
+            models = (await http.get("/v1/models")).json()["data"][0]
+            assert models["id"] == "loopback"
+            assert models["metadata"]["cluster"]["capacity"] == 2 * MAX_SESSIONS
+            metrics = await http.get("/metrics")
+            assert metrics.status_code == 200
+
+
+async def test_what_a_client_sent_before_its_socket_died_is_not_lost(cluster: Cluster) -> None:
+    one, two = cluster.front_ends
+    ctx, client, created = await _open(one.ws_url)
+    session_id, token = created["session"]["id"], created["resume_token"]
+    last = created["server_event_seq"]
+    for attempt in range(4):
+        await client.send({"type": "session.heartbeat", "event_id": f"hb{attempt}"})
+        client.ws.transport.abort()  # right after the frame: no close handshake
+        with contextlib.suppress(Exception):
+            await ctx.__aexit__(None, None, None)
+        url = (two if attempt % 2 == 0 else one).ws_url
+        ctx = wire(url + "?resume=1&duplex=1")
+        client = await ctx.__aenter__()
+        await client.send(
+            {
+                "type": "session.resume",
+                "session_id": session_id,
+                "resume_token": token,
+                "last_received_server_event_seq": last,
+            }
+        )
+        resumed = await client.recv()
+        assert resumed["type"] == "session.resumed", resumed
+        token = resumed["resume_token"]
+        ack = (await client.until("session.heartbeat_ack"))[-1]
+        assert ack["server_event_seq"] == last + 1
+        last = ack["server_event_seq"]
+    await _close(ctx, client)
+    await cluster.until_loads({"replica-0": 0, "replica-1": 0})

@@ -232,11 +232,11 @@ class ClusterRoute:
         tasks = {reader, forwarder, writer}
         self._connections.add(writer)
         try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            # The forwarder ends once the client left (after handing on every frame it
+            # sent, then the disconnect) or the replica failed; the writer once the
+            # replica closed the socket or failed.
+            await asyncio.wait({forwarder, writer}, return_when=asyncio.FIRST_COMPLETED)
             if not writer.done():
-                if reader.done():
-                    # The client left: the replica detaches (or closes) its session.
-                    self.backend.disconnect(replica, link.conn_id, link.client_close_code)
                 with contextlib.suppress(asyncio.TimeoutError, Exception):
                     await asyncio.wait_for(asyncio.shield(writer), 5.0)
             if link.replica_failed:
@@ -274,7 +274,8 @@ class _Link:
         self.replica_failed = False
         self.batches = 0
         self.client_close_code = ABNORMAL_CLOSURE
-        self.inbound: asyncio.Queue[str | bytes] = asyncio.Queue(MAX_PENDING_FRAMES)
+        # The client's frames; ``None`` after the last: it disconnected.
+        self.inbound: asyncio.Queue[str | bytes | None] = asyncio.Queue(MAX_PENDING_FRAMES)
         self.unsent: list[str | bytes] = []  # a batch the replica could not take
 
     @property
@@ -287,31 +288,47 @@ class _Link:
         """The client's frames the replica never took, in order."""
         frames = list(self.unsent)
         while not self.inbound.empty():
-            frames.append(self.inbound.get_nowait())
+            frame = self.inbound.get_nowait()
+            if frame is not None:
+                frames.append(frame)
         return frames
 
     async def read(self) -> None:
         """The client's frames into the queue, until it disconnects."""
         while True:
-            message = await self.websocket.receive()
+            try:
+                message = await self.websocket.receive()
+            except Exception:
+                message = {"type": "websocket.disconnect", "code": ABNORMAL_CLOSURE}
             if message["type"] == "websocket.disconnect":
                 self.client_close_code = int(message.get("code") or ABNORMAL_CLOSURE)
+                await self.inbound.put(None)
                 return
             text = message.get("text")
             await self.inbound.put(text if text is not None else message.get("bytes", b""))
 
     async def forward(self) -> None:
-        """The queued frames to the replica, one call at a time, as many as wait."""
+        """The queued frames to the replica, one call at a time, as many as wait; once
+        the client left, every frame it sent before, then the disconnect (the replica
+        detaches or closes its session)."""
         try:
-            while True:
-                frames = [await self.inbound.get()]
-                while not self.inbound.empty():
-                    frames.append(self.inbound.get_nowait())
-                try:
-                    await self.backend.send(self.replica, self.conn_id, frames)
-                except ReplicaUnavailable:
-                    self.unsent = frames
-                    raise
+            gone = False
+            while not gone:
+                frames: list[str | bytes] = []
+                frame = await self.inbound.get()
+                while frame is not None:
+                    frames.append(frame)
+                    if self.inbound.empty():
+                        break
+                    frame = self.inbound.get_nowait()
+                gone = frame is None
+                if frames:
+                    try:
+                        await self.backend.send(self.replica, self.conn_id, frames)
+                    except ReplicaUnavailable:
+                        self.unsent = frames
+                        raise
+            self.backend.disconnect(self.replica, self.conn_id, self.client_close_code)
         except ReplicaUnavailable:
             self.replica_failed = True
 
