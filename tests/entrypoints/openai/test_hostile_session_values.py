@@ -53,6 +53,8 @@ EXTRA_FIELDS = [
     "overlap_barge_in_ms",
     "output_audio_lead_ms",
     "overlap_silence_rms",
+    "backchannel_policy",
+    "backchannel_max_ms",
     "ref_audio",
 ]
 AUDIO_FIELDS = ["format", "turn_detection", "transcription", "noise_reduction", "voice", "speed"]

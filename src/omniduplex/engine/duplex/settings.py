@@ -29,6 +29,12 @@ if TYPE_CHECKING:
 
 _POLICIES = ("listen_only", "barge_in_on_speech")
 _COMMIT_POLICIES = ("commit_all_on_done", "ack_only")
+#: What speech that starts while the assistant is audibly speaking does under server turn
+#: detection. ``barge_in`` (OpenAI's rule): any speech stops the reply at once.
+#: ``ignore``: speech that ends within ``backchannel_max_ms`` of its onset (an "uh-huh",
+#: "yeah", "mm-hm", "right") is a backchannel: no turn, no speech_started, the reply goes
+#: on; speech that lasts longer is announced then and stops the reply.
+BACKCHANNEL_POLICIES = ("barge_in", "ignore")
 #: ``realtime``: the engine releases a response's audio at real time plus the lead;
 #: ``none``: as fast as it is generated (offline uses).
 PACINGS = ("realtime", "none")
@@ -146,6 +152,8 @@ class SessionSettings:
     overlap_short_ack_ms: int = 700
     overlap_barge_in_ms: int = 400
     overlap_silence_rms: float = 0.003
+    backchannel_policy: str = "barge_in"
+    backchannel_max_ms: int = 800
     playback_commit_policy: str = "commit_all_on_done"
     output_audio_pacing: str = "realtime"
     output_audio_lead_ms: int = 300
@@ -267,7 +275,21 @@ class SessionSettings:
                         param="output_audio_pacing",
                     )
                 changes["output_audio_pacing"] = pacing
-            for key in ("overlap_short_ack_ms", "overlap_barge_in_ms", "output_audio_lead_ms"):
+            backchannel = source.get("backchannel_policy")
+            if backchannel is not None:
+                if backchannel not in BACKCHANNEL_POLICIES:
+                    raise RealtimeProtocolError(
+                        f"backchannel_policy must be one of {', '.join(BACKCHANNEL_POLICIES)}",
+                        "invalid_session_config",
+                        param="backchannel_policy",
+                    )
+                changes["backchannel_policy"] = backchannel
+            for key in (
+                "overlap_short_ack_ms",
+                "overlap_barge_in_ms",
+                "output_audio_lead_ms",
+                "backchannel_max_ms",
+            ):
                 if source.get(key) is not None:
                     changes[key] = int(_number(source[key], key, maximum=_LONGEST_MS))
             if source.get("overlap_silence_rms") is not None:
@@ -339,6 +361,8 @@ class SessionSettings:
             "overlap_short_ack_ms": self.overlap_short_ack_ms,
             "overlap_barge_in_ms": self.overlap_barge_in_ms,
             "overlap_silence_rms": self.overlap_silence_rms,
+            "backchannel_policy": self.backchannel_policy,
+            "backchannel_max_ms": self.backchannel_max_ms,
             "playback_commit_policy": self.playback_commit_policy,
             "output_audio_pacing": self.output_audio_pacing,
             "output_audio_lead_ms": self.output_audio_lead_ms,

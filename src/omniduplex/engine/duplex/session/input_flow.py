@@ -51,6 +51,16 @@ class _DecodedAppend:
     detector: TurnDetector | None = None
     was_speaking: bool = False  # the detector's state before these samples
     turn_events: list[TurnEvent] = field(default_factory=list)
+    speech_extent_ms: int = 0  # the detector's speech extent after these samples
+
+
+@dataclass(slots=True)
+class _HeldSpeech:
+    """Speech that started while the assistant spoke, under ``backchannel_policy:
+    ignore``: not announced until it outlasts ``backchannel_max_ms`` (a barge-in) or ends
+    before (a backchannel, dropped)."""
+
+    onset_ms: int  # the speech's own onset (the session's input clock)
 
 
 class InputFlow(Inputs):
@@ -89,6 +99,7 @@ class InputFlow(Inputs):
         self._position = 0  # samples appended this session (the input audio clock)
         self._stream_units = np.zeros(0, dtype=np.float32)
         self._streamed = False  # a unit reached stage 0 (streaming plugins)
+        self._held: _HeldSpeech | None = None  # speech over the assistant, not yet judged
 
     # ---- appends ----------------------------------------------------------------
 
@@ -113,7 +124,11 @@ class InputFlow(Inputs):
             was_speaking = detector.speaking
             events = detector.process(samples)
             return _DecodedAppend(
-                samples, detector=detector, was_speaking=was_speaking, turn_events=events
+                samples,
+                detector=detector,
+                was_speaking=was_speaking,
+                turn_events=events,
+                speech_extent_ms=detector.speech_extent_ms,
             )
 
     def on_append(self, command: cmd.AppendAudio) -> None:
@@ -231,30 +246,71 @@ class InputFlow(Inputs):
         if decoded.was_speaking:
             turn.speech_samples += samples.size
             live.feed(samples)
+        settings = self.session.settings
         for event in decoded.turn_events:
+            turn = self.session.input  # a commit or a dropped backchannel starts a new one
             if event.kind == "started":
                 turn.speech_active = True
                 turn.speech_samples += samples.size
                 turn.item_id = turn.item_id or new_item_id()
                 turn.audio_start_ms = event.audio_ms
-                self.session.advance(TurnStep.USER_SPEECH)
-                self.out.speech_started(event.audio_ms, turn.item_id)
-                if self.session.response is not None or self.ctx.playout.playing:
-                    self.out.overlap_decision(
-                        self.session.settings.overlap_policy,
-                        "barge_in",
-                        "server_vad_speech_started",
-                    )
-                    self.ctx.responses.talked_over("turn_detected")
-                turn_start = self._position - turn.samples
-                live.begin(turn.item_id, event.audio_ms * self.rate_hz // 1000 - turn_start)
+                onset_ms = event.onset_ms if event.onset_ms is not None else event.audio_ms
+                if settings.backchannel_policy == "ignore" and self.ctx.playout.playing:
+                    self._held = _HeldSpeech(onset_ms)
+                    continue
+                self._announce_speech()
             elif event.kind == "stopped" and turn.speech_active:
+                held = self._held
+                if held is not None:
+                    if event.audio_ms - held.onset_ms < settings.backchannel_max_ms:
+                        self._ignore_backchannel()
+                        continue
+                    self._announce_speech()
                 turn.speech_active = False
                 self.out.speech_stopped(event.audio_ms, turn.item_id)
-                create = self.session.settings.turn_detection.get("create_response", True)
+                create = settings.turn_detection.get("create_response", True)
                 self.commit(create_response=bool(create), event_id=None, vad=True)
+        if (
+            self._held is not None
+            and detector.speaking
+            and decoded.speech_extent_ms >= settings.backchannel_max_ms
+        ):
+            self._announce_speech()
         if not detector.speaking and not self.session.input.speech_active:
             self._forget_old_silence(self.session.input, detector.prefix_padding_ms)
+
+    def _announce_speech(self) -> None:
+        """The turn's speech is announced (``speech_started``) and, over a reply, barges
+        in: at once, or once held speech outlasted a backchannel."""
+        held, self._held = self._held, None
+        session = self.session
+        turn = session.input
+        session.advance(TurnStep.USER_SPEECH)
+        self.out.speech_started(turn.audio_start_ms, turn.item_id)
+        if session.response is not None or self.ctx.playout.playing:
+            self.out.overlap_decision(
+                session.settings.overlap_policy,
+                "barge_in",
+                "speech_beyond_backchannel" if held else "server_vad_speech_started",
+            )
+            self.ctx.responses.talked_over("turn_detected")
+        turn_start = self._position - turn.samples
+        assert turn.item_id is not None
+        self.ctx.transcripts.begin(
+            turn.item_id, turn.audio_start_ms * self.rate_hz // 1000 - turn_start
+        )
+
+    def _ignore_backchannel(self) -> None:
+        """Held speech ended within ``backchannel_max_ms``: a backchannel. The reply goes
+        on; its audio is no turn and nothing of it reaches the client's events."""
+        self._held = None
+        session = self.session
+        session.input = InputTurn()
+        with self._input_lock:
+            if self.turns is not None:
+                self.turns.reset(self._position)
+        self.ctx.transcripts.abort()
+        self.out.overlap_decision(session.settings.overlap_policy, "ignore", "backchannel")
 
     def _forget_old_silence(self, turn: InputTurn, padding_ms: int) -> None:
         """Under server VAD a turn starts at most ``prefix_padding_ms`` before its speech,
@@ -368,6 +424,7 @@ class InputFlow(Inputs):
         }
         audio = turn.audio()
         session.input = InputTurn()
+        self._held = None
         if self.turns is not None:
             with self._input_lock:
                 self.turns.reset(self._position)
@@ -420,6 +477,7 @@ class InputFlow(Inputs):
         session.input_generation += 1
         session.input = InputTurn()
         session.overlap_speech_ms = 0
+        self._held = None
         self._stream_units = np.zeros(0, dtype=np.float32)
         with self._input_lock:
             self._converter.reset()
@@ -536,6 +594,7 @@ class InputFlow(Inputs):
                 position_samples=self._position,
                 completion_model=plugin.turn_completion_model(),
             )
+            self._held = None
             if self.turns is None or not self.turns.speaking:
                 self.ctx.transcripts.abort()
         self.out.session_updated()

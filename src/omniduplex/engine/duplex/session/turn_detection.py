@@ -87,7 +87,8 @@ def served_turn_detection(
 @dataclass(frozen=True, slots=True)
 class TurnEvent:
     kind: str  # "started" | "stopped"
-    audio_ms: int
+    audio_ms: int  # started: the turn's start (prefix padding included); stopped: speech end
+    onset_ms: int | None = None  # started: where the speech itself began (no padding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +144,7 @@ class TurnDetector:
         self._speaking = False
         self._speech_run = 0
         self._silence_run = 0
+        self._onset = 0  # where the current turn's speech began (samples)
         # semantic_vad: the turn's recent audio (what the model hears) and whether the
         # current pause was already scored.
         self._turn_frames: deque[np.ndarray] = deque()
@@ -189,6 +191,14 @@ class TurnDetector:
     def speaking(self) -> bool:
         return self._speaking
 
+    @property
+    def speech_extent_ms(self) -> int:
+        """While speaking: from the turn's speech onset to its last speech frame so far
+        (pauses inside the turn included, the silence after its last frame not)."""
+        if not self._speaking:
+            return 0
+        return self._ms(max(0, self._position - self._silence_run - self._onset))
+
     def _ms(self, samples: int) -> int:
         return int(samples * 1000 // self.rate_hz)
 
@@ -209,9 +219,10 @@ class TurnDetector:
                 if not self._speaking and self._ms(self._speech_run) >= self.min_speech_duration_ms:
                     self._speaking = True
                     onset = self._position - self._speech_run
+                    self._onset = onset
                     start_ms = max(0, self._ms(onset) - self.prefix_padding_ms)
                     self._trim_to_turn(self._speech_run)
-                    events.append(TurnEvent("started", start_ms))
+                    events.append(TurnEvent("started", start_ms, self._ms(onset)))
             else:
                 self._silence_run += self._frame
                 if not self._speaking:

