@@ -12,9 +12,11 @@ one single-process server of the same deployment as the baseline. From real sock
 each through one process and through a front end and Ray, with the ratio of medians;
 and ``resume_other_front_end``: ``--cuts`` times, the socket is dropped and the session
 resumed through the other front end (``session.resume`` sent -> ``session.resumed``
-received, and -> the replay's end), p50 / p95; and ``ray_call``: what one async actor
-call costs here (CPU on the caller and on the actor, 32 calls in flight), the unit every
-client frame and every batch back pays.
+received, and -> the replay's end), p50 / p95; ``ray_call``: what one async actor call
+costs here (CPU on the caller and on the actor, 32 calls in flight), the unit every
+client frame and every batch back pays; and ``cpu_per_event``: CPU per event a client
+receives, several sessions talking to the unpaced model, for ``omniduplex serve`` alone
+against ``omniduplex serve --ray`` (the front end's process plus the replicas').
 
 Run: ``python benchmarks/cluster.py [--quick]``; writes ``benchmarks/results/cluster.json``.
 """
@@ -26,9 +28,12 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
 import platform
 import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -199,6 +204,61 @@ async def ray_call_cost(calls: int = 3000, in_flight: int = 32) -> dict[str, flo
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def serve_process(deploy: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``omniduplex serve`` in a subprocess (its CPU is measured from ``/proc``)."""
+    port = free_port()
+    command = [sys.executable, "-m", "omniduplex.entrypoints.cli", "serve", str(deploy)]
+    process = subprocess.Popen([*command, "--port", str(port), "--log-level", "warning", *extra])
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, "server did not start"
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.2)
+        yield process, f"ws://127.0.0.1:{port}/v1/realtime"
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+async def talk(url: str, turns: int) -> int:
+    ws, client, _ = await _open(url)
+    await client.send({"type": "session.update", "session": {"output_audio_pacing": "none"}})
+    chunks = [pcm(200) for _ in range(10)]
+    events = 0
+    try:
+        for _ in range(turns):
+            for chunk in chunks:
+                await client.send({"type": "input_audio_buffer.append", "audio": chunk})
+            await client.send({"type": "input_audio_buffer.commit"})
+            await client.send({"type": "response.create"})
+            while (await client.recv())["type"] != "response.done":
+                events += 1
+            events += 1
+        await client.send({"type": "session.close"})
+        await client.until("session.closed")
+    finally:
+        await ws.close()
+    return events
+
+
+async def cpu_per_event(url: str, pids: list[int], sessions: int, turns: int) -> dict[str, Any]:
+    before = sum(cpu_seconds(pid) for pid in pids)
+    counts = await asyncio.gather(*(talk(url, turns) for _ in range(sessions)))
+    spent = sum(cpu_seconds(pid) for pid in pids) - before
+    events = sum(counts)
+    return {"events": events, "cpu_s": round(spent, 2), "per_event_us": round(spent / events * 1e6)}
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
@@ -217,21 +277,23 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=40)
     parser.add_argument("--cuts", type=int, default=200)
     parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS / "cluster.json")
     args = parser.parse_args()
     if args.quick:
-        args.samples, args.cuts = 8, 20
+        args.samples, args.cuts, args.turns = 8, 20, 3
     namespace = f"omniduplex-bench-{uuid.uuid4().hex[:8]}"
     ray.init(num_cpus=args.cpus, include_dashboard=False, namespace=namespace, log_to_driver=False)
-    with tempfile.TemporaryDirectory() as tmp:
-        deploy = Path(tmp) / "cluster.yaml"
-        deploy.write_text(
-            "base_config: loopback\n"
-            "cluster: {replicas: 2, resources_per_replica: {num_cpus: 0}, "
-            f"namespace: {namespace}}}\n"
-        )
-        pipeline = load_deploy_config(deploy)
+    tmp = tempfile.TemporaryDirectory()
+    deploy = Path(tmp.name) / "cluster.yaml"
+    deploy.write_text(
+        "base_config: loopback\n"
+        "cluster: {replicas: 2, resources_per_replica: {num_cpus: 0}, "
+        f"namespace: {namespace}}}\n"
+    )
+    pipeline = load_deploy_config(deploy)
     backends = [RayCluster.connect(None, pipeline) for _ in range(2)]
     results: dict[str, Any] = {
         "machine": f"{platform.machine()}, {args.cpus} CPUs for Ray (shared with the clients)",
@@ -259,9 +321,24 @@ def main() -> None:
                 "resumed": summary(cuts["resumed"]),
                 "replay_done": summary(cuts["replayed"]),
             }
+        results["cpu_per_event"] = {"sessions": args.sessions, "turns": args.turns}
+        with serve_process(deploy) as (process, url):
+            results["cpu_per_event"]["one_process"] = asyncio.run(
+                cpu_per_event(url, [process.pid], args.sessions, args.turns)
+            )
+        address = ray.get_runtime_context().gcs_address
+        replica_pids = [
+            ray.get(handle.__ray_call__.remote(lambda _actor: os.getpid()))
+            for handle in backends[0].replicas.values()
+        ]
+        with serve_process(deploy, "--ray", address) as (process, url):
+            results["cpu_per_event"]["through_ray"] = asyncio.run(
+                cpu_per_event(url, [process.pid, *replica_pids], args.sessions, args.turns)
+            )
     finally:
         backends[0].stop(replicas=True)
         ray.shutdown()
+        tmp.cleanup()
     print(json.dumps(results, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")

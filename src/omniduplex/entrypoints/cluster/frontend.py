@@ -33,7 +33,7 @@ from ..duplex.journal import SEQ_KEY
 from ..duplex.realtime_input import RealtimeEnvelope, encode_frame
 from ..websocket_protocol import ABORT_EXTENSION
 from .directory import ClusterView, Placement
-from .tunnel import ABNORMAL_CLOSURE, OutboundBatch, TunnelScope
+from .tunnel import ABNORMAL_CLOSURE, ACK_EVERY_BYTES, OutboundBatch, TunnelScope
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,11 @@ class ReplicaBackend(ABC):
         """Open a tunnel; its batches for the client. Raises ``ReplicaUnavailable``."""
 
     @abstractmethod
-    async def send(self, replica: str, conn_id: str, frames: list[str | bytes]) -> None:
-        """The client's frames, in order. Raises ``ReplicaUnavailable``."""
+    async def send(
+        self, replica: str, conn_id: str, frames: list[str | bytes], acked: int = 0
+    ) -> None:
+        """The client's frames, in order, and the credit of ``acked`` characters written
+        to it since the last. Raises ``ReplicaUnavailable``."""
 
     @abstractmethod
     def disconnect(self, replica: str, conn_id: str, code: int) -> None:
@@ -273,6 +276,7 @@ class _Link:
         self.last_seq = 0
         self.replica_failed = False
         self.batches = 0
+        self.unacked = 0  # characters written to the client, not yet credited back
         self.client_close_code = ABNORMAL_CLOSURE
         # The client's frames; ``None`` after the last: it disconnected.
         self.inbound: asyncio.Queue[str | bytes | None] = asyncio.Queue(MAX_PENDING_FRAMES)
@@ -323,8 +327,9 @@ class _Link:
                     frame = self.inbound.get_nowait()
                 gone = frame is None
                 if frames:
+                    acked, self.unacked = self.unacked, 0  # the credit rides along
                     try:
-                        await self.backend.send(self.replica, self.conn_id, frames)
+                        await self.backend.send(self.replica, self.conn_id, frames, acked)
                     except ReplicaUnavailable:
                         self.unsent = frames
                         raise
@@ -345,8 +350,11 @@ class _Link:
                 for frame in batch.frames:
                     await websocket.send_text(frame)
                     self.last_seq = _last_seq(frame, self.last_seq)
-                if batch.frames:
-                    self.backend.ack(self.replica, self.conn_id, batch.size)
+                self.unacked += batch.size
+                # Never a stall: the replica waits only once a whole window is unacked.
+                if self.unacked >= ACK_EVERY_BYTES:
+                    acked, self.unacked = self.unacked, 0
+                    self.backend.ack(self.replica, self.conn_id, acked)
                 if batch.close_code is not None:
                     with contextlib.suppress(Exception):
                         await websocket.close(code=batch.close_code, reason=batch.close_reason)

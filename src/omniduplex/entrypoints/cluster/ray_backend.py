@@ -179,8 +179,8 @@ class EngineReplicaActor:
         async for batch in self.server.tunnel(conn_id, scope, first_frames, ticket):
             yield batch
 
-    async def receive(self, conn_id: str, frames: list[str | bytes]) -> None:
-        self.server.receive(conn_id, frames)
+    async def receive(self, conn_id: str, frames: list[str | bytes], acked: int = 0) -> None:
+        self.server.receive(conn_id, frames, acked)
 
     async def disconnect(self, conn_id: str, code: int) -> None:
         self.server.disconnect(conn_id, code)
@@ -321,9 +321,11 @@ class RayCluster(ReplicaBackend):
             return _unavailable(exc)
         return _batches(refs)
 
-    async def send(self, replica: str, conn_id: str, frames: list[str | bytes]) -> None:
+    async def send(
+        self, replica: str, conn_id: str, frames: list[str | bytes], acked: int = 0
+    ) -> None:
         try:
-            await self._replica(replica).receive.remote(conn_id, frames)
+            await self._replica(replica).receive.remote(conn_id, frames, acked)
         except RayError as exc:
             raise ReplicaUnavailable(str(exc)) from exc
 

@@ -244,9 +244,11 @@ class ReplicaServer:
             socket.finished()
             self._tunnels.pop(conn_id, None)
 
-    def receive(self, conn_id: str, frames: list[str | bytes]) -> None:
+    def receive(self, conn_id: str, frames: list[str | bytes], acked: int = 0) -> None:
         tunnel = self._tunnels.get(conn_id)
         if tunnel is not None:
+            if acked:
+                tunnel.socket.ack(acked)
             tunnel.socket.feed(frames)
 
     def disconnect(self, conn_id: str, code: int) -> None:

@@ -38,6 +38,10 @@ from ..websocket_protocol import ABORT_EXTENSION
 #: as much as one process lets wait in a socket's write buffer (``WRITE_BUFFER_HIGH``), so
 #: a cancel overtakes as much unsent audio as it would there.
 DEFAULT_WINDOW_BYTES = 64 * 1024
+#: A front end returns credit once this much was written (or sooner, with the client's
+#: frames): a quarter of the window, so the replica never waits on it while the client
+#: reads, and a reply's audio costs one credit message per few deltas, not one each.
+ACK_EVERY_BYTES = DEFAULT_WINDOW_BYTES // 4
 DEFAULT_HEARTBEAT_S = 1.0
 #: The close code a route sees when the front end (or its client) vanished without one.
 ABNORMAL_CLOSURE = 1006
@@ -213,4 +217,4 @@ class TunnelSocket:
                 yield OutboundBatch(session_id=self.session_id, incarnation=self.incarnation)
 
 
-__all__ = ["ABNORMAL_CLOSURE", "OutboundBatch", "TunnelScope", "TunnelSocket"]
+__all__ = ["ABNORMAL_CLOSURE", "ACK_EVERY_BYTES", "OutboundBatch", "TunnelScope", "TunnelSocket"]
