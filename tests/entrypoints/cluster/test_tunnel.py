@@ -51,7 +51,7 @@ async def test_an_abort_overtakes_what_waits() -> None:
     await socket.send_text("unsent audio")
     socket.abort()
     batch = await _next(stream)
-    assert batch.abort and batch.frames == ()
+    assert batch.abort and batch.frames == () and batch.final
     assert await socket.receive() == {"type": "websocket.disconnect", "code": 1006}
     assert [b async for b in stream] == []
 
@@ -74,4 +74,5 @@ async def test_an_idle_tunnel_sends_heartbeats() -> None:
     batch = await _next(stream)
     assert batch.frames == () and not batch.final and batch.session_id == "duplex-1"
     socket.finished()
-    assert [b async for b in stream] == []
+    assert [b.ended async for b in stream] == [True]
+    assert socket.take() is None

@@ -50,6 +50,29 @@ class ReplicaUnavailable(Exception):
     """The replica a connection was tunnelled to died (or cannot be reached)."""
 
 
+class ReplicaConnection(ABC):
+    """One client socket's tunnel to its replica, as the front end drives it."""
+
+    @abstractmethod
+    def batches(self) -> AsyncIterator[OutboundBatch]:
+        """The replica's batches for the client, until the final one. Raises
+        ``ReplicaUnavailable``."""
+
+    @abstractmethod
+    async def send(self, frames: list[str | bytes], acked: int = 0) -> None:
+        """The client's frames, in order, and the credit of ``acked`` characters written
+        to it since the last; returns once the replica has them. Raises
+        ``ReplicaUnavailable``."""
+
+    @abstractmethod
+    def ack(self, size: int) -> None:
+        """``size`` characters of the tunnel's frames were written to the client."""
+
+    @abstractmethod
+    def disconnect(self, code: int) -> None:
+        """The client's socket went away (after every frame it sent)."""
+
+
 class ReplicaBackend(ABC):
     """The cluster as a front end sees it: placement, location, and tunnels."""
 
@@ -62,30 +85,15 @@ class ReplicaBackend(ABC):
         """The replica that holds ``session_id``, or ``None``."""
 
     @abstractmethod
-    def tunnel(
+    def open_tunnel(
         self,
         replica: str,
         conn_id: str,
         scope: TunnelScope,
         first_frames: list[str | bytes],
         ticket: str | None,
-    ) -> AsyncIterator[OutboundBatch]:
-        """Open a tunnel; its batches for the client. Raises ``ReplicaUnavailable``."""
-
-    @abstractmethod
-    async def send(
-        self, replica: str, conn_id: str, frames: list[str | bytes], acked: int = 0
-    ) -> None:
-        """The client's frames, in order, and the credit of ``acked`` characters written
-        to it since the last. Raises ``ReplicaUnavailable``."""
-
-    @abstractmethod
-    def disconnect(self, replica: str, conn_id: str, code: int) -> None:
-        """The client's socket went away (one-way)."""
-
-    @abstractmethod
-    def ack(self, replica: str, conn_id: str, size: int) -> None:
-        """``size`` characters of the tunnel's frames were written to the client (one-way)."""
+    ) -> ReplicaConnection:
+        """Open a tunnel (the replica is asked at once, before any later call)."""
 
     @abstractmethod
     async def failed(self, replica: str, incarnation: str) -> None:
@@ -227,8 +235,10 @@ class ClusterRoute:
     ) -> _Link:
         """Tunnel the socket to ``replica`` until either side ends; the link, which says
         whether the replica was reached at all."""
-        link = _Link(self.backend, websocket, replica, session_id)
-        stream = self.backend.tunnel(replica, link.conn_id, scope, first_frames, ticket)
+        conn_id = uuid.uuid4().hex
+        connection = self.backend.open_tunnel(replica, conn_id, scope, first_frames, ticket)
+        link = _Link(connection, websocket, replica, session_id)
+        stream = connection.batches()
         reader = asyncio.create_task(link.read())
         forwarder = asyncio.create_task(link.forward())
         writer = asyncio.create_task(link.write(stream))
@@ -265,12 +275,15 @@ class _Link:
     """One client socket tunnelled to one replica."""
 
     def __init__(
-        self, backend: ReplicaBackend, websocket: WebSocket, replica: str, session_id: str | None
+        self,
+        connection: ReplicaConnection,
+        websocket: WebSocket,
+        replica: str,
+        session_id: str | None,
     ) -> None:
-        self.backend = backend
+        self.connection = connection
         self.websocket = websocket
         self.replica = replica
-        self.conn_id = uuid.uuid4().hex
         self.session_id = session_id
         self.incarnation = ""
         self.last_seq = 0
@@ -329,11 +342,11 @@ class _Link:
                 if frames:
                     acked, self.unacked = self.unacked, 0  # the credit rides along
                     try:
-                        await self.backend.send(self.replica, self.conn_id, frames, acked)
+                        await self.connection.send(frames, acked)
                     except ReplicaUnavailable:
                         self.unsent = frames
                         raise
-            self.backend.disconnect(self.replica, self.conn_id, self.client_close_code)
+            self.connection.disconnect(self.client_close_code)
         except ReplicaUnavailable:
             self.replica_failed = True
 
@@ -354,7 +367,7 @@ class _Link:
                 # Never a stall: the replica waits only once a whole window is unacked.
                 if self.unacked >= ACK_EVERY_BYTES:
                     acked, self.unacked = self.unacked, 0
-                    self.backend.ack(self.replica, self.conn_id, acked)
+                    self.connection.ack(acked)
                 if batch.close_code is not None:
                     with contextlib.suppress(Exception):
                         await websocket.close(code=batch.close_code, reason=batch.close_reason)
@@ -403,4 +416,10 @@ def _abort(websocket: WebSocket) -> None:
         abort["abort"]()
 
 
-__all__ = ["REPLICA_FAILED", "ClusterRoute", "ReplicaBackend", "ReplicaUnavailable"]
+__all__ = [
+    "REPLICA_FAILED",
+    "ClusterRoute",
+    "ReplicaBackend",
+    "ReplicaConnection",
+    "ReplicaUnavailable",
+]

@@ -19,8 +19,9 @@ import asyncio
 import contextlib
 import logging
 import socket
+import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -29,8 +30,8 @@ from ray.exceptions import GetTimeoutError, RayError
 from ...config.pipeline import PipelineConfig
 from .config import DIRECTORY_NAME, ClusterConfig
 from .directory import ClusterView, Placement, SessionDirectory
-from .frontend import ReplicaBackend, ReplicaUnavailable
-from .replica import DirectoryReports, ReplicaInfo, ReplicaServer
+from .frontend import ReplicaBackend, ReplicaConnection, ReplicaUnavailable
+from .replica import DirectoryReports, InboundItem, ReplicaInfo, ReplicaServer
 from .tunnel import OutboundBatch, TunnelScope
 
 log = logging.getLogger(__name__)
@@ -145,8 +146,11 @@ class _ActorReports(DirectoryReports):
     ) -> None:
         self.directory.register.remote(name, max_sessions, incarnation, sessions, version)
 
-    def opened(self, name: str, session_id: str, ticket: str | None, version: int) -> None:
-        self.directory.opened.remote(name, session_id, ticket, version)
+    async def opened(self, name: str, session_id: str, ticket: str | None, version: int) -> None:
+        try:
+            await self.directory.opened.remote(name, session_id, ticket, version)
+        except RayError:
+            log.warning("the directory did not hear of session %s; its probe will", session_id)
 
     def settle(self, name: str, ticket: str) -> None:
         self.directory.settle.remote(name, ticket)
@@ -168,25 +172,23 @@ class EngineReplicaActor:
     async def start(self) -> ReplicaInfo:
         return await self.server.start()
 
-    @ray.method(num_returns="streaming")  # type: ignore[misc]
-    async def tunnel(
+    async def open(
         self,
+        front_end: str,
         conn_id: str,
         scope: TunnelScope,
         first_frames: list[str | bytes],
         ticket: str | None,
-    ) -> AsyncIterator[OutboundBatch]:
-        async for batch in self.server.tunnel(conn_id, scope, first_frames, ticket):
-            yield batch
+    ) -> None:
+        self.server.open(front_end, conn_id, scope, first_frames, ticket)
 
-    async def receive(self, conn_id: str, frames: list[str | bytes], acked: int = 0) -> None:
-        self.server.receive(conn_id, frames, acked)
+    @ray.method(num_returns="streaming")  # type: ignore[misc]
+    async def channel(self, front_end: str) -> AsyncIterator[list[tuple[str, OutboundBatch]]]:
+        async for items in self.server.channel(front_end):
+            yield items
 
-    async def disconnect(self, conn_id: str, code: int) -> None:
-        self.server.disconnect(conn_id, code)
-
-    async def ack(self, conn_id: str, size: int) -> None:
-        self.server.ack(conn_id, size)
+    async def deliver(self, items: list[InboundItem]) -> None:
+        self.server.deliver(items)
 
     async def shutdown(self) -> None:
         await self.server.shutdown()
@@ -210,17 +212,141 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
         ) from None
 
 
-async def _batches(refs: Any) -> AsyncIterator[OutboundBatch]:
-    try:
-        async for ref in refs:
-            yield await ref
-    except RayError as exc:
-        raise ReplicaUnavailable(str(exc)) from exc
+class _ReplicaChannel:
+    """This front end's traffic with one replica: one stream of batches for all its
+    sockets there, and one delivery of their client frames in flight at a time (what
+    arrives meanwhile goes in the next), so Ray carries a message per burst, not one per
+    frame and socket."""
+
+    def __init__(self, handle: Any, front_end: str) -> None:
+        self.handle = handle
+        self.front_end = front_end
+        self.failure: ReplicaUnavailable | None = None
+        self._links: dict[str, asyncio.Queue[OutboundBatch | ReplicaUnavailable]] = {}
+        self._outgoing: list[InboundItem] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._sending = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        method = handle.channel.options(
+            _generator_backpressure_num_objects=TUNNEL_BACKPRESSURE_BATCHES
+        )
+        self._spawn(self._read(method.remote(front_end)))
+
+    def open(
+        self, conn_id: str, scope: TunnelScope, first_frames: list[str | bytes], ticket: str | None
+    ) -> _ChannelConnection:
+        queue: asyncio.Queue[OutboundBatch | ReplicaUnavailable] = asyncio.Queue()
+        if self.failure is not None:
+            queue.put_nowait(self.failure)
+        else:
+            self._links[conn_id] = queue
+            # Submitted now, before any of the connection's deliveries: Ray runs one
+            # caller's calls to an actor in the order they were made.
+            self._spawn(
+                self._opened(
+                    conn_id,
+                    self.handle.open.remote(self.front_end, conn_id, scope, first_frames, ticket),
+                )
+            )
+        return _ChannelConnection(self, conn_id, queue)
+
+    async def _opened(self, conn_id: str, ref: Any) -> None:
+        try:
+            await ref
+        except RayError as exc:
+            queue = self._links.pop(conn_id, None)
+            if queue is not None:
+                queue.put_nowait(ReplicaUnavailable(str(exc)))
+
+    async def _read(self, refs: Any) -> None:
+        try:
+            async for ref in refs:
+                for conn_id, batch in await ref:
+                    queue = self._links.get(conn_id)
+                    if queue is None:
+                        continue
+                    queue.put_nowait(batch)
+                    if batch.final:
+                        del self._links[conn_id]
+            self._fail(ReplicaUnavailable("the replica ended the channel"))
+        except RayError as exc:
+            self._fail(ReplicaUnavailable(str(exc)))
+
+    def _fail(self, failure: ReplicaUnavailable) -> None:
+        self.failure = failure
+        links, self._links = self._links, {}
+        for queue in links.values():
+            queue.put_nowait(failure)
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(failure)
+
+    def post(self, item: InboundItem, waiter: asyncio.Future[None] | None = None) -> None:
+        if self.failure is not None:
+            if waiter is not None:
+                waiter.set_exception(self.failure)
+            return
+        self._outgoing.append(item)
+        if waiter is not None:
+            self._waiters.append(waiter)
+        if not self._sending:
+            self._sending = True
+            self._spawn(self._deliver())
+
+    async def _deliver(self) -> None:
+        try:
+            while self._outgoing and self.failure is None:
+                items, self._outgoing = self._outgoing, []
+                waiters, self._waiters = self._waiters, []
+                try:
+                    await self.handle.deliver.remote(items)
+                except RayError as exc:
+                    self._waiters[:0] = waiters
+                    self._fail(ReplicaUnavailable(str(exc)))
+                    return
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+        finally:
+            self._sending = False
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
 
-async def _unavailable(exc: Exception) -> AsyncIterator[OutboundBatch]:
-    raise ReplicaUnavailable(str(exc))
-    yield  # an async generator that raises on its first step
+class _ChannelConnection(ReplicaConnection):
+    def __init__(
+        self,
+        channel: _ReplicaChannel,
+        conn_id: str,
+        queue: asyncio.Queue[OutboundBatch | ReplicaUnavailable],
+    ) -> None:
+        self.channel = channel
+        self.conn_id = conn_id
+        self.queue = queue
+
+    async def batches(self) -> AsyncIterator[OutboundBatch]:
+        while True:
+            item = await self.queue.get()
+            if isinstance(item, ReplicaUnavailable):
+                raise item
+            yield item
+            if item.final:
+                return
+
+    async def send(self, frames: list[str | bytes], acked: int = 0) -> None:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.channel.post(InboundItem(self.conn_id, tuple(frames), acked), waiter)
+        await waiter
+
+    def ack(self, size: int) -> None:
+        self.channel.post(InboundItem(self.conn_id, acked=size))
+
+    def disconnect(self, code: int) -> None:
+        self.channel.post(InboundItem(self.conn_id, disconnect=code))
 
 
 @dataclass(slots=True)
@@ -232,6 +358,8 @@ class RayCluster(ReplicaBackend):
     replicas: dict[str, Any]
     started_ray: bool = False
     model_name: str = ""
+    front_end_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    _channels: dict[str, _ReplicaChannel] = field(default_factory=dict)
 
     @classmethod
     def connect(
@@ -302,40 +430,19 @@ class RayCluster(ReplicaBackend):
     async def locate(self, session_id: str) -> str | None:
         return await self.directory.locate.remote(session_id)
 
-    def tunnel(
+    def open_tunnel(
         self,
         replica: str,
         conn_id: str,
         scope: TunnelScope,
         first_frames: list[str | bytes],
         ticket: str | None,
-    ) -> AsyncIterator[OutboundBatch]:
-        # Submitted now, before any of the connection's later calls: Ray runs one caller's
-        # calls to an actor in the order they were made.
-        try:
-            method = self._replica(replica).tunnel.options(
-                _generator_backpressure_num_objects=TUNNEL_BACKPRESSURE_BATCHES
-            )
-            refs = method.remote(conn_id, scope, first_frames, ticket)
-        except (RayError, ValueError) as exc:
-            return _unavailable(exc)
-        return _batches(refs)
-
-    async def send(
-        self, replica: str, conn_id: str, frames: list[str | bytes], acked: int = 0
-    ) -> None:
-        try:
-            await self._replica(replica).receive.remote(conn_id, frames, acked)
-        except RayError as exc:
-            raise ReplicaUnavailable(str(exc)) from exc
-
-    def disconnect(self, replica: str, conn_id: str, code: int) -> None:
-        with contextlib.suppress(RayError):
-            self._replica(replica).disconnect.remote(conn_id, code)
-
-    def ack(self, replica: str, conn_id: str, size: int) -> None:
-        with contextlib.suppress(RayError):
-            self._replica(replica).ack.remote(conn_id, size)
+    ) -> ReplicaConnection:
+        channel = self._channels.get(replica)
+        if channel is None or channel.failure is not None:
+            channel = _ReplicaChannel(self._replica(replica), self.front_end_id)
+            self._channels[replica] = channel
+        return channel.open(conn_id, scope, first_frames, ticket)
 
     async def failed(self, replica: str, incarnation: str) -> None:
         with contextlib.suppress(RayError):

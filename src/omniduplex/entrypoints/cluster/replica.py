@@ -17,7 +17,7 @@ import logging
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ...config.pipeline import PipelineConfig
@@ -45,8 +45,9 @@ class DirectoryReports(ABC):
         """The replica serves, with these sessions (as of report ``version``)."""
 
     @abstractmethod
-    def opened(self, name: str, session_id: str, ticket: str | None, version: int) -> None:
-        """A session opened here (on the placement ``ticket``, if any)."""
+    async def opened(self, name: str, session_id: str, ticket: str | None, version: int) -> None:
+        """A session opened here (on the placement ``ticket``, if any). Awaited before
+        ``session.created`` goes out, so a resume through any front end finds it."""
 
     @abstractmethod
     def settle(self, name: str, ticket: str) -> None:
@@ -100,7 +101,9 @@ class ReplicaOmni(DuplexOmni):
             connecting.tunnel.session_id = handle.session_id
             ticket, connecting.settled = connecting.ticket, True
         replica = self._replica
-        replica.reports.opened(replica.name, handle.session_id, ticket, replica.next_version())
+        await replica.reports.opened(
+            replica.name, handle.session_id, ticket, replica.next_version()
+        )
         return handle
 
     async def resume_session(
@@ -120,13 +123,6 @@ class ReplicaOmni(DuplexOmni):
             session_id: str = message.session_id  # type: ignore[attr-defined]
             replica.reports.ended(replica.name, session_id, replica.next_version())
         return handled
-
-
-@dataclass(slots=True)
-class _Tunnel:
-    socket: TunnelSocket
-    task: asyncio.Task[None] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class ReplicaServer:
@@ -151,7 +147,9 @@ class ReplicaServer:
         self.route: RealtimeRoute | None = None
         self.version = 0  # of the last open or end reported
         self._starting: asyncio.Task[None] | None = None
-        self._tunnels: dict[str, _Tunnel] = {}
+        self._tunnels: dict[str, TunnelSocket] = {}
+        self._channels: dict[str, _Channel] = {}
+        self._serving: set[asyncio.Task[None]] = set()
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -204,28 +202,56 @@ class ReplicaServer:
 
     # ---- connections ------------------------------------------------------------------
 
-    async def tunnel(
+    def open(
         self,
+        front_end: str,
         conn_id: str,
         scope: TunnelScope,
         first_frames: list[str | bytes],
         ticket: str | None = None,
-    ) -> AsyncIterator[OutboundBatch]:
-        """Serve one front-end socket: its frames for the client, batch by batch."""
+    ) -> None:
+        """Serve one of ``front_end``'s sockets; its frames for the client go out on that
+        front end's channel."""
         socket = TunnelSocket(scope, incarnation=self.incarnation, window_bytes=self.window_bytes)
         socket.feed(first_frames)
-        tunnel = _Tunnel(socket)
+        self._channel(front_end).add(conn_id, socket)
         # Registered before any await: the front end's next calls may already be queued.
-        self._tunnels[conn_id] = tunnel
-        tunnel.task = asyncio.get_running_loop().create_task(
-            self._serve(conn_id, socket, scope, ticket)
-        )
+        self._tunnels[conn_id] = socket
+        task = asyncio.get_running_loop().create_task(self._serve(conn_id, socket, scope, ticket))
+        self._serving.add(task)
+        task.add_done_callback(self._serving.discard)
+
+    async def channel(self, front_end: str) -> AsyncIterator[list[tuple[str, OutboundBatch]]]:
+        """Every batch for ``front_end``'s sockets, as they come, many sockets' at once;
+        ``[]`` every ``heartbeat_s`` while there is none. Once the front end stops taking
+        it (it died), its sockets are dropped: their sessions detach."""
+        channel = self._channel(front_end)
         try:
-            async for batch in socket.batches(self.heartbeat_s):
-                yield batch
+            async for items in channel.stream(self.heartbeat_s):
+                yield items
         finally:
-            # The front end stopped taking the stream (it died, or its client left).
-            socket.disconnect()
+            channel.close()
+            if self._channels.get(front_end) is channel:
+                del self._channels[front_end]
+
+    def deliver(self, items: list[InboundItem]) -> None:
+        """The front end's client frames, credits and disconnects, in order."""
+        for item in items:
+            socket = self._tunnels.get(item.conn_id)
+            if socket is None:
+                continue
+            if item.acked:
+                socket.ack(item.acked)
+            if item.frames:
+                socket.feed(list(item.frames))
+            if item.disconnect is not None:
+                socket.disconnect(item.disconnect)
+
+    def _channel(self, front_end: str) -> _Channel:
+        channel = self._channels.get(front_end)
+        if channel is None:
+            channel = self._channels[front_end] = _Channel()
+        return channel
 
     async def _serve(
         self, conn_id: str, socket: TunnelSocket, scope: TunnelScope, ticket: str | None
@@ -244,22 +270,67 @@ class ReplicaServer:
             socket.finished()
             self._tunnels.pop(conn_id, None)
 
-    def receive(self, conn_id: str, frames: list[str | bytes], acked: int = 0) -> None:
-        tunnel = self._tunnels.get(conn_id)
-        if tunnel is not None:
-            if acked:
-                tunnel.socket.ack(acked)
-            tunnel.socket.feed(frames)
 
-    def disconnect(self, conn_id: str, code: int) -> None:
-        tunnel = self._tunnels.get(conn_id)
-        if tunnel is not None:
-            tunnel.socket.disconnect(code)
+@dataclass(frozen=True, slots=True)
+class InboundItem:
+    """One socket's share of a front end's delivery: its client's frames, then the credit
+    for what was written to it, then its disconnect (the close code), each optional."""
 
-    def ack(self, conn_id: str, size: int) -> None:
-        tunnel = self._tunnels.get(conn_id)
-        if tunnel is not None:
-            tunnel.socket.ack(size)
+    conn_id: str
+    frames: tuple[str | bytes, ...] = ()
+    acked: int = 0
+    disconnect: int | None = None
 
 
-__all__ = ["DirectoryReports", "ReplicaInfo", "ReplicaOmni", "ReplicaServer"]
+class _Channel:
+    """The sockets of one front end on this replica, and their batches on the way out."""
+
+    def __init__(self) -> None:
+        self._sockets: dict[str, TunnelSocket] = {}
+        self._ready: dict[str, None] = {}  # sockets with something to take, in order
+        self._wake = asyncio.Event()
+        self._closed = False
+
+    def add(self, conn_id: str, socket: TunnelSocket) -> None:
+        if self._closed:
+            socket.disconnect()
+            return
+        self._sockets[conn_id] = socket
+
+        def changed() -> None:
+            self._ready[conn_id] = None
+            self._wake.set()
+
+        socket.on_change = changed
+        changed()
+
+    async def stream(self, heartbeat_s: float) -> AsyncIterator[list[tuple[str, OutboundBatch]]]:
+        while True:
+            self._wake.clear()
+            items: list[tuple[str, OutboundBatch]] = []
+            ready, self._ready = self._ready, {}
+            for conn_id in ready:
+                socket = self._sockets.get(conn_id)
+                batch = socket.take() if socket is not None else None
+                if batch is None:
+                    continue
+                items.append((conn_id, batch))
+                if batch.final:
+                    del self._sockets[conn_id]
+            if items:
+                yield items
+                continue
+            try:
+                await asyncio.wait_for(self._wake.wait(), heartbeat_s)
+            except TimeoutError:
+                yield []
+
+    def close(self) -> None:
+        """The front end is gone: so are its clients' sockets."""
+        self._closed = True
+        sockets, self._sockets = self._sockets, {}
+        for socket in sockets.values():
+            socket.disconnect()
+
+
+__all__ = ["DirectoryReports", "InboundItem", "ReplicaInfo", "ReplicaOmni", "ReplicaServer"]

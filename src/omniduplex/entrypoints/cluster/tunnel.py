@@ -25,7 +25,7 @@ grace, resumable elsewhere.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,12 +71,15 @@ class OutboundBatch:
     close_code: int | None = None
     close_reason: str = ""
     abort: bool = False
+    # The tunnel is over with nothing more to send (the client left, or the route ended
+    # without a close frame).
+    ended: bool = False
     session_id: str | None = None
     incarnation: str = ""
 
     @property
     def final(self) -> bool:
-        return self.abort or self.close_code is not None
+        return self.abort or self.ended or self.close_code is not None
 
     @property
     def size(self) -> int:
@@ -118,8 +121,12 @@ class TunnelSocket:
         self._aborted = False
         self._gone = False  # the client (or its front end) went away
         self._finished = False  # the route is done with this socket
+        self._taken_final = False  # the last batch went out
         self._changed = asyncio.Event()
         self._room = asyncio.Event()
+        #: Told whenever something new waits for the front end (a channel carrying many
+        #: tunnels takes it then).
+        self.on_change: Callable[[], None] | None = None
 
     # ---- the route's side (starlette's WebSocket, the parts it uses) -----------------
 
@@ -137,7 +144,7 @@ class TunnelSocket:
             raise WebSocketDisconnect(ABNORMAL_CLOSURE)
         self._out.frames.append(data)
         self._out.size += len(data)
-        self._changed.set()
+        self._notify()
 
     async def send_bytes(self, data: bytes) -> None:
         await self.send_text(data.decode())
@@ -145,7 +152,7 @@ class TunnelSocket:
     async def close(self, code: int = 1000, reason: str | None = None) -> None:
         if self._close is None and not self._gone:
             self._close = (code, reason or "")
-            self._changed.set()
+            self._notify()
 
     def abort(self) -> None:
         """Drop the client's socket now (nothing more is written): the route's answer to
@@ -158,7 +165,7 @@ class TunnelSocket:
     def finished(self) -> None:
         """The route returned: the stream ends after what waits."""
         self._finished = True
-        self._changed.set()
+        self._notify()
 
     # ---- the front end's side --------------------------------------------------------
 
@@ -175,42 +182,62 @@ class TunnelSocket:
         self._gone = True
         self._inbound.put_nowait({"type": "websocket.disconnect", "code": code})
         self._room.set()
-        self._changed.set()
+        self._notify()
 
     def ack(self, size: int) -> None:
         self._in_flight = max(0, self._in_flight - size)
         self._room.set()
 
+    def _notify(self) -> None:
+        self._changed.set()
+        if self.on_change is not None:
+            self.on_change()
+
+    def take(self) -> OutboundBatch | None:
+        """What waits for the client now, as one batch, or ``None``. The last batch is
+        ``final``: the close after the last frames, an abort (which overtakes what waits:
+        the client is not reading), or ``ended``; after it, ``None`` for good."""
+        if self._taken_final:
+            return None
+        if self._aborted:
+            self._taken_final = True
+            return OutboundBatch(abort=True, session_id=self.session_id)
+        if self._gone:
+            self._taken_final = True
+            return OutboundBatch(ended=True, session_id=self.session_id)
+        if not self._out.frames and self._close is None:
+            if not self._finished:
+                return None
+            self._taken_final = True
+            return OutboundBatch(ended=True, session_id=self.session_id)
+        out, self._out = self._out, _Out()
+        self._in_flight += out.size
+        code, reason = self._close if self._close is not None else (None, "")
+        self._taken_final = self._close is not None
+        return OutboundBatch(
+            tuple(out.frames),
+            close_code=code,
+            close_reason=reason,
+            session_id=self.session_id,
+            incarnation=self.incarnation,
+        )
+
+    @property
+    def over(self) -> bool:
+        """The final batch was taken."""
+        return self._taken_final
+
     async def batches(
         self, heartbeat_s: float = DEFAULT_HEARTBEAT_S
     ) -> AsyncIterator[OutboundBatch]:
-        """What to write to the client, batch by batch, until the close or an abort (or
-        the end of the route); an empty batch every ``heartbeat_s`` while idle."""
-        while True:
+        """``take`` as a stream, until the final batch; an empty batch every
+        ``heartbeat_s`` while idle."""
+        while not self._taken_final:
             self._changed.clear()
-            if self._aborted:
-                # Nothing that waits is written: the client is not reading.
-                yield OutboundBatch(abort=True, session_id=self.session_id)
-                return
-            if self._gone:
-                return
-            out, self._out = self._out, _Out()
-            final = self._close is not None
-            if out.frames or final:
-                self._in_flight += out.size
-                code, reason = self._close if self._close is not None else (None, "")
-                yield OutboundBatch(
-                    tuple(out.frames),
-                    close_code=code,
-                    close_reason=reason,
-                    session_id=self.session_id,
-                    incarnation=self.incarnation,
-                )
-                if final:
-                    return
+            batch = self.take()
+            if batch is not None:
+                yield batch
                 continue
-            if self._finished:
-                return
             try:
                 await asyncio.wait_for(self._changed.wait(), heartbeat_s)
             except TimeoutError:
