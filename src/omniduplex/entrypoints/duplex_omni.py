@@ -100,6 +100,12 @@ class EventConsumer(ABC):
     def on_error(self, error: BaseException) -> None:
         """The engine can deliver nothing more (it died or shut down)."""
 
+    def backlogged(self) -> bool:
+        """Whether events wait for this consumer's own reader: the output pump then
+        yields to the event loop after handing it one, so that reader runs before more
+        arrive."""
+        return False
+
 
 class DuplexSessionHandle:
     """The caller's side of one engine-resident session.
@@ -509,12 +515,16 @@ class DuplexOmni(AsyncOmni):
     # ---- the output pump ----------------------------------------------------------------
 
     def _let_consumers_run(self, message: object) -> bool:
-        # A burst of engine output must not overflow a handle whose reader keeps up:
-        # once an outbox is half full, its reader gets to run.
+        # A burst of engine output must not overflow a reader that keeps up: once an
+        # outbox (or a pushed-to consumer's own queue) is half full, its reader gets to run.
         if not isinstance(message, SessionEventMessage):
             return False
         handle = self._handles.get(message.session_id)
-        return handle is not None and handle.pending_events * 2 >= handle.max_events
+        if handle is None:
+            return False
+        if handle._consumer is not None:
+            return handle._consumer.backlogged()
+        return handle.pending_events * 2 >= handle.max_events
 
     def _route_engine_message(self, message: object) -> bool:
         if isinstance(message, SessionEventMessage):

@@ -7,6 +7,10 @@ counts events and bytes against its bounds (DESIGN decision 13: what a consumer 
 stopped reading may hold), and when a response ends cancelled it drops that response's
 media still waiting, so the terminal overtakes them. What to do at the bound is the
 owner's rule (a handle detaches its session, a socket is treated as disconnected).
+
+An item may be free (``charged(item)`` False): it counts against neither bound. A
+socket's replay is such an item: its bytes are the journal's own, already paid for
+there, and a replay that alone passed the bound would drop every resuming client.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ class BoundedEventQueue(Generic[T]):
 
     ``size_of(item)``: the bytes an item is charged. ``media_of(item)``: the response id
     of an item that a cancel of that response drops (audio and transcript deltas), else
-    ``None``.
+    ``None``. ``charged(item)``: False for an item that counts against no bound (default:
+    every item counts).
     """
 
     def __init__(
@@ -33,12 +38,16 @@ class BoundedEventQueue(Generic[T]):
         max_bytes: int,
         size_of: Callable[[T], int],
         media_of: Callable[[T], str | None],
+        charged: Callable[[T], bool] | None = None,
     ) -> None:
         self.max_events = max_events
         self.max_bytes = max_bytes
         self._size_of = size_of
         self._media_of = media_of
+        self._charged = charged
         self._items: deque[T] = deque()
+        # What the bounds see: the charged items' count and bytes.
+        self._count = 0
         self._bytes = 0
 
     def __len__(self) -> int:
@@ -52,33 +61,51 @@ class BoundedEventQueue(Generic[T]):
 
     @property
     def bytes(self) -> int:
+        """The bytes charged to what waits."""
         return self._bytes
+
+    @property
+    def charged_events(self) -> int:
+        """How many of the waiting items count against ``max_events``."""
+        return self._count
 
     def fits(self, item: T) -> bool:
         """Whether ``item`` can join without passing a bound."""
-        return (
-            len(self._items) < self.max_events
-            and self._bytes + self._size_of(item) <= self.max_bytes
-        )
+        if not self._counts(item):
+            return True
+        return self._count < self.max_events and self._bytes + self._size_of(item) <= self.max_bytes
 
     @property
     def over_bound(self) -> bool:
-        return len(self._items) > self.max_events or self._bytes > self.max_bytes
+        return self._count > self.max_events or self._bytes > self.max_bytes
+
+    def filled_past(self, fraction: float) -> bool:
+        """Whether what waits is past ``fraction`` of either bound."""
+        return self._count > self.max_events * fraction or self._bytes > self.max_bytes * fraction
+
+    def _counts(self, item: T) -> bool:
+        return self._charged is None or self._charged(item)
+
+    def _charge(self, item: T, sign: int) -> None:
+        if self._counts(item):
+            self._count += sign
+            self._bytes += sign * self._size_of(item)
 
     def push(self, item: T) -> None:
         self._items.append(item)
-        self._bytes += self._size_of(item)
+        self._charge(item, 1)
 
     def pop(self) -> T:
         """The oldest item (the queue must not be empty)."""
         item = self._items.popleft()
-        self._bytes -= self._size_of(item)
+        self._charge(item, -1)
         return item
 
     def take_all(self) -> list[T]:
         """Everything waiting, oldest first; the queue is empty after."""
         items = list(self._items)
         self._items.clear()
+        self._count = 0
         self._bytes = 0
         return items
 
@@ -89,7 +116,7 @@ class BoundedEventQueue(Generic[T]):
         kept: deque[T] = deque()
         for item in self._items:
             if self._media_of(item) == response_id:
-                self._bytes -= self._size_of(item)
+                self._charge(item, -1)
             else:
                 kept.append(item)
         dropped = len(self._items) - len(kept)

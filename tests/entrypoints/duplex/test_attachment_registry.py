@@ -350,6 +350,18 @@ def test_forget_returns_the_socket_and_drops_the_journal(registry) -> None:
     assert SID not in repr(registry)
 
 
+def test_forget_empties_the_journal_even_while_something_still_holds_it(registry) -> None:
+    # A socket's protocol may keep the journal alive in a reference cycle: its events
+    # must not live on with it.
+    _open(registry, socket=Socket("a"))
+    journal = registry.journal(SID)
+    for n in range(1, 6):
+        journal.append(_ev(n))
+    registry.forget(SID)
+    assert len(journal) == 0 and journal.retained_bytes == 0
+    assert journal.head == 5  # numbering is untouched
+
+
 def test_constructor_validates_limits() -> None:
     with pytest.raises(ValueError):
         DuplexSessionAttachmentRegistry(replay_ttl_s=0)

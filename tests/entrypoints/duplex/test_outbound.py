@@ -82,6 +82,21 @@ def test_going_over_the_bound_is_reported() -> None:
     assert over == [False] * 8 + [True]
 
 
+def test_a_replay_is_not_charged_against_the_bound() -> None:
+    # A resume's replay may be as large as the journal; its bytes are the journal's.
+    outbound = RealtimeOutbound(max_events=8, max_bytes=1024)
+    replay = [orjson.dumps({"type": "old", "n": n, "pad": "x" * 200}) for n in range(50)]
+    assert not any([outbound.send_replay(data) for data in replay])
+    assert not outbound.backlogged
+    assert not outbound.send_local(b'{"type":"live"}')
+    frames = _drain(outbound)
+    assert [f.data for f in frames] == [*replay, b'{"type":"live"}']
+    # live frames still count: past the bound is reported, past half is a backlog
+    outbound.send_local(b"y" * 600)
+    assert outbound.backlogged
+    assert outbound.send_local(b"y" * 600)
+
+
 def test_close_after_pending_sends_what_waits_then_the_close() -> None:
     outbound, _ = _journaled()
     outbound.send_event({"type": "last"})

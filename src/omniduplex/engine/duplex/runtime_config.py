@@ -24,6 +24,14 @@ the engine ahead of its playout (base64 text; 8 MiB is about 130 s of 24 kHz pcm
 response that generates more than that ahead of real time fails with
 ``output_audio_backlog_full``.
 
+``max_unsent_output_bytes_per_session`` bounds what a Realtime socket holds for its client
+on top of the transport's own 64 KiB write buffer: events queued and not yet written
+(base64 audio, each event charged 256 bytes more; a resume's replay is the journal's and
+is not charged). 256 KiB is about 4 s of 24 kHz pcm16 (6 s at 16 kHz). A client that
+falls that far behind, or ``max_outbox_events_per_session`` events, is treated as
+disconnected: its socket is aborted and its session detaches (resumable) or closes.
+``max_outbox_bytes_per_session`` is the same bound for an in-process handle's outbox.
+
 ``when_full`` is what a new session finds when ``max_sessions`` are admitted: ``refuse``
 answers ``resource_exhausted``; ``evict_detached`` (the default) gives it the slot of the
 session that has been detached longest (its socket dropped, still inside its
@@ -57,6 +65,7 @@ class DuplexSessionRuntimeConfig:
     max_buffered_input_s: float = 1920.0
     max_outbox_events_per_session: int = 2048
     max_outbox_bytes_per_session: int = 8 * 1024 * 1024
+    max_unsent_output_bytes_per_session: int = 256 * 1024
     max_idle_timeout_s: float = 3600.0
     offload_workers: int = 4
     output_audio_pacing: str = "realtime"

@@ -69,8 +69,9 @@ class CloseFrame:
     reason: str
 
 
-# (rendered session event | None, encoded frame of the socket's own | None, after sent)
-_Item = tuple[dict[str, Any] | None, bytes | None, Callable[[], None] | None]
+# (rendered session event | None, encoded frame of the socket's own | None, after sent,
+#  whether the frame is charged against the bounds: a replay's is not)
+_Item = tuple[dict[str, Any] | None, bytes | None, Callable[[], None] | None, bool]
 
 
 def _size(rendered: dict[str, Any]) -> int:
@@ -79,8 +80,12 @@ def _size(rendered: dict[str, Any]) -> int:
 
 
 def _item_size(item: _Item) -> int:
-    rendered, data, _ = item
+    rendered, data, _, _ = item
     return _size(rendered) if rendered is not None else len(data or b"")
+
+
+def _item_charged(item: _Item) -> bool:
+    return item[3]
 
 
 def _item_media(item: _Item) -> str | None:
@@ -95,12 +100,17 @@ class RealtimeOutbound:
     """The frames one socket still owes its client (see the module docstring).
 
     ``max_events`` / ``max_bytes`` bound what may wait: ``send_*`` returns True when the
-    queue went over them (the client stopped reading; the owner treats it as gone).
+    queue went over them (the client stopped reading; the owner treats it as gone). A
+    replay (``send_replay``) is not charged: its bytes are the journal's.
     """
 
-    def __init__(self, *, max_events: int = 2048, max_bytes: int = 8 * 1024 * 1024) -> None:
+    def __init__(self, *, max_events: int = 2048, max_bytes: int = 256 * 1024) -> None:
         self._queue: BoundedEventQueue[_Item] = BoundedEventQueue(
-            max_events=max_events, max_bytes=max_bytes, size_of=_item_size, media_of=_item_media
+            max_events=max_events,
+            max_bytes=max_bytes,
+            size_of=_item_size,
+            media_of=_item_media,
+            charged=_item_charged,
         )
         self.state = OutboundState.OPEN
         self._close: CloseFrame | None = None
@@ -134,7 +144,12 @@ class RealtimeOutbound:
 
     def send_local(self, data: bytes, after_sent: Callable[[], None] | None = None) -> bool:
         """A frame of the socket's own (already encoded); ``after_sent`` runs once sent."""
-        return self._push((None, data, after_sent))
+        return self._push((None, data, after_sent, True))
+
+    def send_replay(self, data: bytes) -> bool:
+        """A journaled frame a resume replays: sent in order like any other, but charged
+        nothing (the journal keeps these very bytes, within its own bound)."""
+        return self._push((None, data, None, False))
 
     def send_event(self, rendered: dict[str, Any]) -> bool:
         """One event of the session's ordered stream (rendered, not yet numbered). A
@@ -145,7 +160,7 @@ class RealtimeOutbound:
                 dropped = self._queue.drop_media_of(response.get("id"))
                 if dropped and self._on_dropped is not None:
                     self._on_dropped(dropped)
-        return self._push((rendered, None, None))
+        return self._push((rendered, None, None, True))
 
     def close_after_pending(self, code: int = 1000, reason: str = "") -> None:
         """Send what waits, then the close frame."""
@@ -169,7 +184,7 @@ class RealtimeOutbound:
         """The next thing to put on the socket; ``None`` while nothing is due. After a
         ``CloseFrame`` the outbound is ``CLOSED``."""
         while self._queue:
-            rendered, data, after_sent = self._queue.pop()
+            rendered, data, after_sent, _ = self._queue.pop()
             if rendered is not None:
                 if self._sequencer is None:
                     continue  # a session event before any session: nothing to number it
@@ -188,11 +203,25 @@ class RealtimeOutbound:
         """Nothing waits and no close is due."""
         return not self._queue and self.state is not OutboundState.CLOSING
 
+    @property
+    def backlogged(self) -> bool:
+        """More than half the bound waits: whoever queues should let the writer run."""
+        return self.state is not OutboundState.CLOSED and self._queue.filled_past(0.5)
+
+    @property
+    def pending_bytes(self) -> int:
+        """The bytes charged to what waits."""
+        return self._queue.bytes
+
+    @property
+    def pending_events(self) -> int:
+        return len(self._queue)
+
     def abandon(self) -> None:
         """Stop sending: number what still waits into the journal, in order."""
         pending = self._queue.take_all()
         if self._sequencer is not None:
-            for rendered, _, _ in pending:
+            for rendered, _, _, _ in pending:
                 if rendered is not None:
                     self._sequencer(rendered)
         if self.state is not OutboundState.CLOSED:

@@ -77,7 +77,7 @@ class RealtimeProtocol:
         envelope: RealtimeEnvelope,
         *,
         max_events: int = 2048,
-        max_bytes: int = 8 * 1024 * 1024,
+        max_bytes: int = 256 * 1024,
         on_queued: QueuedHook | None = None,
         on_sent: SentHook | None = None,
         on_dropped: Callable[[int], None] | None = None,
@@ -189,7 +189,7 @@ class RealtimeProtocol:
         )
         self.send_frame(self._local(resumed), after_sent=after_resumed_sent)
         for data in replay:
-            self.send_frame(data)
+            self._queued(self.outbound.send_replay(data))
         self._bind(session_id, journal, public_session)
 
     def _bind(
@@ -306,6 +306,11 @@ class RealtimeProtocol:
         """The socket is gone (or the session moved on): number what waits into the
         journal; from now on events go straight there."""
         self.outbound.abandon()
+
+    @property
+    def backlogged(self) -> bool:
+        """Over half the outbound bound waits for the socket (see ``RealtimeOutbound``)."""
+        return self.outbound.backlogged
 
     def _queued(self, over_bound: bool) -> None:
         if self._on_queued is not None:

@@ -26,6 +26,7 @@ from ...engine.errors import EngineDeadError, EngineError, EngineNotRunningError
 from ...protocol.duplex import DuplexCommandError
 from ...protocol.duplex import events as ev
 from ..duplex_omni import DuplexOmni, DuplexSessionHandle, EventConsumer
+from ..heap import HeapTrimmer
 from ..openai.metrics import ServerMetrics
 from .connection import RealtimeConnection
 from .journal import DuplexTransportError, JournalGap
@@ -73,9 +74,10 @@ class RealtimeRoute:
         self.metrics = metrics or ServerMetrics()
         self.metrics.journal_bytes.set_function(self._journal_bytes)
         self.config_timeout_s = config_timeout_s
-        # A socket's unsent events are bounded like a handle's outbox (decision 13).
+        # A socket's unsent events are bounded like a handle's outbox (decision 13), in
+        # bytes by a few seconds of audio: beyond that its client is not reading.
         self.max_outbound_events = runtime.max_outbox_events_per_session
-        self.max_outbound_bytes = runtime.max_outbox_bytes_per_session
+        self.max_outbound_bytes = runtime.max_unsent_output_bytes_per_session
         self.registry = DuplexSessionAttachmentRegistry(
             replay_ttl_s=runtime.resume_replay_ttl_s,
             replay_max_bytes_per_session=runtime.resume_replay_max_bytes_per_session,
@@ -83,6 +85,8 @@ class RealtimeRoute:
         self._sessions: dict[str, _Session] = {}
         self._shutting_down = False
         self._tasks: set[asyncio.Task[None]] = set()
+        # Once a session's buffers are freed, the C heap gives their pages back.
+        self.heap = HeapTrimmer()
 
     # ---- one connection ---------------------------------------------------------------
 
@@ -107,7 +111,7 @@ class RealtimeRoute:
             envelope,
             max_events=self.max_outbound_events,
             max_bytes=self.max_outbound_bytes,
-            on_overflow=lambda c: asyncio.get_running_loop().create_task(self._overflowed(c)),
+            on_overflow=self._overflowed,
             on_sent=self.metrics.event_sent,
             on_dropped=self.metrics.outbox_drops.inc,
         )
@@ -281,9 +285,7 @@ class RealtimeRoute:
         old = grant.previous_socket
         if isinstance(old, RealtimeConnection):
             replaced = protocol.replaced_frame(session_id, grant.previous_generation)
-            with contextlib.suppress(Exception):
-                await old.websocket.send_text(replaced.decode())
-            await old.abandon(1000, "session_replaced")
+            await old.abandon(1000, "session_replaced", last_frame=replaced)
         return session_id
 
     # ---- the end of a session -----------------------------------------------------------
@@ -307,16 +309,31 @@ class RealtimeRoute:
             conn.protocol.close_after_pending(1000, state.terminal_reason[:120])
             await conn.drain()
         self.registry.forget(session_id)
+        self.heap.soon()
 
     # ---- disconnects ------------------------------------------------------------------
 
-    async def _overflowed(self, conn: RealtimeConnection) -> None:
-        """The client stopped reading: treat it as a disconnect (DESIGN decision 13)."""
-        for session_id in list(self._sessions):
-            if self.registry.is_current(session_id, conn):
-                await self._disconnected(conn, session_id)
-                return
-        await conn.abandon(1008, "client_not_reading")
+    def _overflowed(self, conn: RealtimeConnection) -> None:
+        """The client stopped reading (DESIGN decision 13): its socket was aborted as its
+        queue passed the bound; now its session is detached (resumable) or closed, as
+        for a dropped socket. One log line per episode."""
+        session_id = conn.protocol.session_id
+        state = self._sessions.get(session_id) if session_id else None
+        current = state is not None and self.registry.is_current(session_id, conn)
+        log.warning(
+            "session %s: client stopped reading (%d events, %d bytes unsent, bounds %d / %d); "
+            "socket %s, session %s",
+            session_id or "(none)",
+            conn.overflow_events,
+            conn.overflow_bytes,
+            self.max_outbound_events,
+            self.max_outbound_bytes,
+            "aborted" if conn.aborted else "closing",
+            ("detached" if state.resumable else "closed") if current else "not attached to it",
+        )
+        task = asyncio.get_running_loop().create_task(self._disconnected(conn, session_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _disconnected(self, conn: RealtimeConnection, session_id: str | None) -> None:
         state = self._sessions.get(session_id) if session_id else None
@@ -334,6 +351,8 @@ class RealtimeRoute:
                     await self.omni.detach_session(session_id, lease)
                 else:
                     await self.omni.close_session(session_id, "disconnect")
+            # The socket's queue and buffers are gone now, whatever the session does next.
+            self.heap.soon()
             return
         if state is not None and state.ended.is_set():
             await conn.drain()
@@ -359,6 +378,7 @@ class RealtimeRoute:
                 await asyncio.wait_for(state.ended.wait(), 5.0)
             if isinstance(conn, RealtimeConnection):
                 await conn.drain(2.0)
+        self.heap.close()
 
 
 def _unavailable(exc: EngineDeadError | EngineNotRunningError) -> str:
@@ -396,3 +416,9 @@ class _SessionStream(EventConsumer):
             # No session.closed is coming: the close frame is where a client learns why.
             self.state.terminal_reason = ENGINE_UNAVAILABLE
         self.route._session_ended(self.session_id, self.state)
+
+    def backlogged(self) -> bool:
+        # Over half its bound waits for the socket: the pump lets the writer run before
+        # it hands over more, so a burst (a model faster than real time, no pacing) never
+        # reaches the bound of a client that reads.
+        return self.state.protocol.backlogged

@@ -228,9 +228,16 @@ class DuplexSessionAttachmentRegistry:
         return token, record.attachment_generation
 
     def forget(self, session_id: str) -> Any:
-        """The session ended: drop its record and journal. Returns the socket it had."""
+        """The session ended: drop its record and empty its journal. Returns the socket it
+        had."""
         record = self._sessions.pop(session_id, None)
-        return None if record is None else record.socket
+        if record is None:
+            return None
+        # Emptied now, not when the journal object goes: the socket objects that still
+        # point at it form reference cycles, which only a full garbage collection frees,
+        # so its megabytes of events would outlive the session (issue 17, defect 4).
+        record.journal.ack(record.journal.head)
+        return record.socket
 
     # ---- sockets --------------------------------------------------------------------
 
