@@ -143,3 +143,32 @@ def test_the_backchannel_setting_is_checked_and_echoed() -> None:
     with pytest.raises(RealtimeProtocolError) as refused:
         settings.updated({"backchannel_policy": "sometimes"})
     assert refused.value.param == "backchannel_policy"
+
+
+async def test_the_deployment_chooses_a_session_s_starting_turn_taking(tmp_path) -> None:
+    from omniduplex.model_executor.models.cascade.turn_model import smart_turn_available
+
+    path = write_deploy(
+        tmp_path,
+        session_turn_detection="semantic_vad",
+        session_eagerness="high",
+        session_backchannel_policy="ignore",
+    )
+    async with DuplexOmni(load_deploy_config(path)) as omni:
+        handle = await omni.open_session({})
+        created = (await Reader(handle).until_type("session.created"))[-1]
+        await handle.close()
+    detection = created.session["turn_detection"]
+    if smart_turn_available():
+        assert detection["type"] == "semantic_vad" and detection["eagerness"] == "high"
+    else:  # no turn model: the session starts as OpenAI's do
+        assert detection["type"] == "server_vad"
+    assert created.session["backchannel_policy"] == "ignore"
+
+
+def test_the_deployment_s_session_options_are_checked() -> None:
+    from omniduplex.model_executor.models.cascade.options import CascadeOptions
+
+    for name in ("session_turn_detection", "session_eagerness", "session_backchannel_policy"):
+        with pytest.raises(ValueError, match=name):
+            CascadeOptions.from_mapping({name: "sometimes"})

@@ -15,6 +15,10 @@ OUTPUT_RATE_HZ = 24_000
 RESPONDERS = ("local", "rules", "openai")
 # semantic_vad: Smart Turn when its weights are installed (auto), always, or never.
 TURN_MODELS = ("auto", "smart-turn", "none")
+# A session's turn detection before the client's own (``session_turn_detection``).
+SESSION_TURN_DETECTIONS = ("server_vad", "semantic_vad")
+EAGERNESS = ("low", "medium", "high", "auto")
+BACKCHANNEL_POLICIES = ("barge_in", "ignore")
 TTS_ENGINES = ("espeak", "piper")
 ASR_ENGINES = ("pocketsphinx", "whisper")
 
@@ -62,6 +66,10 @@ class CascadeOptions:
     Turns: ``turn_model`` decides ``semantic_vad`` turns: ``auto`` uses Smart Turn v3.2
     when its weights are installed (the ``semantic-vad`` extra) and otherwise serves
     ``semantic_vad`` as server VAD; ``smart-turn`` requires it; ``none`` never loads it.
+    A session starts with ``session_turn_detection`` (``server_vad``, OpenAI's default, or
+    ``semantic_vad`` at ``session_eagerness``; without a turn model ``semantic_vad`` starts
+    as ``server_vad``) and ``session_backchannel_policy`` (``barge_in``, OpenAI's rule, or
+    ``ignore``: see ``SessionSettings``); the client's ``session.update`` overrides each.
     """
 
     input_rate_hz: int = INPUT_RATE_HZ
@@ -106,6 +114,9 @@ class CascadeOptions:
     speech_rate_wpm: int = 175
     pitch: int = 50
     turn_model: str = "auto"
+    session_turn_detection: str = "server_vad"
+    session_eagerness: str = "auto"
+    session_backchannel_policy: str = "barge_in"
 
     def __post_init__(self) -> None:
         if self.input_rate_hz != INPUT_RATE_HZ:
@@ -141,6 +152,13 @@ class CascadeOptions:
             raise ValueError(f"cascade option tts must be one of {', '.join(TTS_ENGINES)}")
         if self.turn_model not in TURN_MODELS:
             raise ValueError(f"cascade option turn_model must be one of {', '.join(TURN_MODELS)}")
+        for name, allowed in (
+            ("session_turn_detection", SESSION_TURN_DETECTIONS),
+            ("session_eagerness", EAGERNESS),
+            ("session_backchannel_policy", BACKCHANNEL_POLICIES),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"cascade option {name} must be one of {', '.join(allowed)}")
         if self.responder not in RESPONDERS:
             raise ValueError(f"cascade option responder must be one of {', '.join(RESPONDERS)}")
         if self.responder == "openai" and not (self.llm_base_url and self.llm_model):

@@ -197,8 +197,16 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
         return self._turn_model
 
     def default_session(self) -> dict[str, Any]:
-        # A stock Realtime client expects the server to find turns (OpenAI's default).
-        return {"turn_detection": {"type": "server_vad"}}
+        # A stock Realtime client expects the server to find turns (OpenAI's default is
+        # server_vad; the embedded assistant's deployment asks for semantic_vad).
+        options = self.cascade_options
+        detection: dict[str, Any] = {"type": "server_vad"}
+        if options.session_turn_detection == "semantic_vad" and self._turn_model is not None:
+            detection = {"type": "semantic_vad", "eagerness": options.session_eagerness}
+        return {
+            "turn_detection": detection,
+            "backchannel_policy": options.session_backchannel_policy,
+        }
 
     def plan_utterance_audio(
         self,
