@@ -6,8 +6,9 @@
   (a new incarnation) brings them back. A probe also starts the engine of a replica Ray
   has just restarted.
 * ``EngineReplicaActor`` (named ``replica-<i>``, detached, ``max_restarts``): a
-  ``ReplicaServer``. A connection's frames for its client come back as a Ray streaming
-  generator of ``OutboundBatch``\\ es; the client's frames go in as calls, in order.
+  ``ReplicaServer``. Each front end has one channel to it: a Ray streaming generator
+  that brings the batches of all that front end's sockets there, and one ``deliver``
+  call at a time that takes their client frames, credits and disconnects, in order.
 * ``RayCluster`` (in each front end): joins the cluster (``ray.init``), creates what does
   not exist yet (``get_if_exists``: every front end may start first), waits until every
   replica serves, and is the ``ReplicaBackend`` of the front end's ``ClusterRoute``.

@@ -6,8 +6,8 @@ so a session's whole serving state stays with its engine and a resume through an
 end finds it there. What crosses machines is the socket itself: ``TunnelSocket`` stands
 in for the starlette ``WebSocket`` the route expects. The front end feeds it the client's
 frames (``feed``) and the disconnect (``disconnect``); it hands the route's frames to the
-front end as ``OutboundBatch``\\ es (``batches``: whatever is waiting, in order, in one
-message).
+front end as ``OutboundBatch``\\ es (``take``: whatever is waiting, in order, in one
+batch; the replica's channel to that front end carries many sockets' batches at once).
 
 Flow control keeps the one-process guarantees. At most ``window_bytes`` of frames may be
 on their way to the client and not yet written by the front end (``ack`` returns credit);
@@ -16,10 +16,10 @@ own bounded outbound queue, where a cancel still drops the unsent audio of its r
 and a client that stopped reading still overflows and is let go (DESIGN decision 13). An
 ``abort`` (the route's answer to that overflow) overtakes everything that waits.
 
-While nothing is waiting, ``batches`` yields an empty batch every ``heartbeat_s``: a
-front end that died is found out at the next one (Ray ends the stream of a dead caller),
-and the route then treats the socket as dropped, so the session goes into its disconnect
-grace, resumable elsewhere.
+A front end that died is found out by its channel, which sends an empty batch every
+``heartbeat_s`` while idle (Ray ends the stream of a dead caller): each of its sockets is
+then ``disconnect``\\ ed and the route treats it as dropped, so the session goes into its
+disconnect grace, resumable elsewhere.
 """
 
 from __future__ import annotations
