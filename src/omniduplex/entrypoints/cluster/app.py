@@ -2,8 +2,8 @@
 
 The Realtime routes tunnel each socket to its replica (``ClusterRoute``); ``/health`` and
 ``/v1/models`` report the cluster the directory sees (503 while no replica serves);
-``/metrics`` is this front end's own (HTTP requests; the sessions' counters live on their
-replicas).
+``/metrics`` is this front end's own (its tunnels, placements, routed resumes, refusals
+and replica failures, and HTTP requests; the sessions' counters live on their replicas).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def build_cluster_app(
     """A stateless front end for the replicas ``backend`` reaches."""
     policy = origins or OriginPolicy.open()
     metrics = ServerMetrics()
-    route = ClusterRoute(backend)
+    route = ClusterRoute(backend, registry=metrics.registry)
     created = int(time.time())
 
     @asynccontextmanager

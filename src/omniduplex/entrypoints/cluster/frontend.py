@@ -23,8 +23,10 @@ import logging
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.websockets import WebSocket
 
 from ...protocol.duplex import DuplexCommandError
@@ -118,12 +120,62 @@ def _last_seq(frame: str, previous: int) -> int:
     return int(digits) if digits.strip().isdigit() else previous
 
 
+@dataclass(slots=True)
+class FrontEndMetrics:
+    """What ``/metrics`` says of one front end's tunnels (its sessions' own counters are
+    on their replicas)."""
+
+    tunnels: Gauge
+    placed: Counter
+    resumed: Counter
+    refused: Counter
+    replica_failures: Counter
+
+    @classmethod
+    def on(cls, registry: CollectorRegistry) -> FrontEndMetrics:
+        return cls(
+            tunnels=Gauge(
+                "omniduplex_frontend_tunnels",
+                "Sockets tunnelled to a replica now",
+                registry=registry,
+            ),
+            placed=Counter(
+                "omniduplex_frontend_placed",
+                "Sockets placed on a replica (new sessions)",
+                registry=registry,
+            ),
+            resumed=Counter(
+                "omniduplex_frontend_resumes_routed",
+                "Resumes routed to their session's replica",
+                registry=registry,
+            ),
+            refused=Counter(
+                "omniduplex_frontend_refused",
+                "Sockets the front end refused",
+                ["code"],
+                registry=registry,
+            ),
+            replica_failures=Counter(
+                "omniduplex_frontend_replica_failures",
+                "Tunnels whose replica died under them",
+                registry=registry,
+            ),
+        )
+
+
 class ClusterRoute:
     """The Realtime routes of one front end (see the module docstring)."""
 
-    def __init__(self, backend: ReplicaBackend, *, config_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        backend: ReplicaBackend,
+        *,
+        config_timeout_s: float = 10.0,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self.backend = backend
         self.config_timeout_s = config_timeout_s
+        self.metrics = FrontEndMetrics.on(registry or CollectorRegistry())
         self._connections: set[asyncio.Task[Any]] = set()
         self._shutting_down = False
 
@@ -178,12 +230,14 @@ class ClusterRoute:
                     f"Unknown or expired duplex session: {resume_of}",
                 )
                 return
+            self.metrics.resumed.inc()
             await self._pump(websocket, envelope, replica, scope, first_frames, None, resume_of)
             return
         for _ in range(MAX_PLACEMENTS):
             placement = await self.backend.place()
             if placement is None:
                 break
+            self.metrics.placed.inc()
             link = await self._pump(
                 websocket, envelope, placement.replica, scope, first_frames, placement.ticket, None
             )
@@ -217,6 +271,7 @@ class ClusterRoute:
         message: str,
         close_code: int = 1000,
     ) -> None:
+        self.metrics.refused.labels(code).inc()
         with contextlib.suppress(Exception):
             await websocket.send_text(envelope.error_frame(code, message).decode())
             await websocket.close(code=close_code, reason=code)
@@ -244,6 +299,7 @@ class ClusterRoute:
         writer = asyncio.create_task(link.write(stream))
         tasks = {reader, forwarder, writer}
         self._connections.add(writer)
+        self.metrics.tunnels.inc()
         try:
             # The forwarder ends once the client left (after handing on every frame it
             # sent, then the disconnect) or the replica failed; the writer once the
@@ -253,10 +309,12 @@ class ClusterRoute:
                 with contextlib.suppress(asyncio.TimeoutError, Exception):
                     await asyncio.wait_for(asyncio.shield(writer), 5.0)
             if link.replica_failed:
+                self.metrics.replica_failures.inc()
                 await self.backend.failed(replica, link.incarnation)
                 if not (link.never_reached and ticket is not None):
                     await link.report_replica_death(envelope)
         finally:
+            self.metrics.tunnels.dec()
             self._connections.discard(writer)
             for task in tasks:
                 task.cancel()
