@@ -354,3 +354,25 @@ async def test_what_a_client_sent_before_its_socket_died_is_not_lost(cluster: Cl
         last = ack["server_event_seq"]
     await _close(ctx, client)
     await cluster.until_loads({"replica-0": 0, "replica-1": 0})
+
+
+async def test_a_cancel_through_ray_ends_the_reply(cluster: Cluster) -> None:
+    """An unpaced reply far larger than the tunnel's window, cancelled at its first audio:
+    ``response.done`` (cancelled) comes, nothing of that response follows it, and the
+    stream stays exactly numbered."""
+    ctx, client, _ = await _open(cluster.front_ends[0].ws_url)
+    await client.send({"type": "session.update", "session": {"output_audio_pacing": "none"}})
+    await client.until("session.updated")
+    await client.speak(8000)
+    await client.send({"type": "input_audio_buffer.commit"})
+    await client.send({"type": "response.create"})
+    first = (await client.until("response.output_audio.delta"))[-1]
+    await client.send({"type": "response.cancel"})
+    done = (await client.until("response.done"))[-1]
+    assert done["response"]["status"] == "cancelled"
+    await client.send({"type": "session.heartbeat"})
+    after = await client.until("session.heartbeat_ack")
+    assert not [e for e in after if e.get("response_id") == first["response_id"]]
+    await _close(ctx, client)
+    _assert_exactly_once(client.received)
+    await cluster.until_loads({"replica-0": 0, "replica-1": 0})
