@@ -525,7 +525,7 @@ def score(category: str, live: Live) -> dict[str, Any]:
             t >= o0 - 0.05 and (rid in ("", reply)) for t, rid, _ in live.flushes
         )
         row["reply_status"] = status
-        row["reply_cut"] = cut
+        row["reply_cut"] = bool(cut)
         # Where the system fell silent: the reply's last audible sample as played, where
         # it was cut (exact), else the end of the VAD segment.
         stop = speaking[1]
@@ -538,13 +538,15 @@ def score(category: str, live: Live) -> dict[str, Any]:
             ]
             stop = max(heard, default=stop)
         if category == "backchannel":
-            row["false_yield"] = cut
+            row["false_yield"] = bool(cut)
         else:
-            row["stop_latency_s"] = round(stop - o0, 3)
-            row["yielded"] = cut and stop <= o1 + 0.3
+            row["stop_latency_s"] = round(float(stop - o0), 3)
+            # From the audio alone, as Full-Duplex-Bench does: silent before the user's
+            # interruption is over (a reply that ends by itself then counts too).
+            row["yielded"] = bool(stop <= o1 + 0.3)
             nxt = onset_after(system, max(o1, stop))
             row["response_latency_s"] = None if nxt is None else round(nxt - o1, 3)
-            row["answered"] = nxt is not None and nxt - o1 <= 5.0
+            row["answered"] = bool(nxt is not None and nxt - o1 <= 5.0)
     return row
 
 

@@ -135,6 +135,11 @@ class Transcripts(ABC):
     def forget(self, request_ids: list[str]) -> None:
         """A response ended: utterances its requests carried will report nothing more."""
 
+    def heard(self) -> tuple[int, str] | None:
+        """The utterance being spoken: how many hypotheses came back so far and the last
+        one (``None``: nothing is transcribed while the user speaks)."""
+        return None
+
 
 # ---- what the runner owns and lends ---------------------------------------------------
 

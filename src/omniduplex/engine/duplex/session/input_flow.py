@@ -122,6 +122,7 @@ class InputFlow(Inputs):
             if detector is None:
                 return _DecodedAppend(samples)
             was_speaking = detector.speaking
+            detector.words = self.ctx.transcripts.heard()
             events = detector.process(samples)
             return _DecodedAppend(
                 samples,

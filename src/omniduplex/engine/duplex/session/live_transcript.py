@@ -81,6 +81,9 @@ class Utterance:
     epoch: int = -1
     failed: bool = False
     deltas: TranscriptDeltas = field(default_factory=TranscriptDeltas)
+    # Hypotheses so far and the last one, replaced whole (turn detection reads it from a
+    # pool thread).
+    heard: tuple[int, str] = (0, "")
 
 
 class LiveTranscription(Transcripts):
@@ -196,7 +199,14 @@ class LiveTranscription(Transcripts):
             self._finishing.pop(item.request_id, None)
         return True
 
+    def heard(self) -> tuple[int, str] | None:
+        if not self.enabled:
+            return None
+        utterance = self._speaking
+        return utterance.heard if utterance is not None else (0, "")
+
     def _partial(self, utterance: Utterance, hypothesis: str) -> None:
+        utterance.heard = (utterance.heard[0] + 1, hypothesis)
         delta = utterance.deltas.partial(hypothesis)
         if delta:
             self.out.input_transcript_delta(utterance.item_id, delta)

@@ -52,6 +52,34 @@ SEMANTIC_FALLBACK_SILENCE_MS: Final[Mapping[str, int]] = {
 }
 # A turn-completion probability at or above this ends the turn.
 COMPLETION_THRESHOLD: Final = 0.5
+# Where the model transcribes while the user speaks: how long past the candidate silence
+# the verdict waits for a hypothesis of the words before the pause.
+SEMANTIC_WORDS_WAIT_MS: Final = 300
+# Words a sentence does not end on: articles, prepositions that take an object,
+# conjunctions, possessives, a few auxiliaries and fillers (not "in", "on", "that", "you",
+# "do", "can"...: "turn it on", "I like that", "thank you", "yes I can" end sentences).
+# A pause after one is mid-sentence, however the audio sounds.
+UNFINISHED_LAST_WORDS: Final = frozenset(
+    (
+        *("a", "an", "the", "my", "your", "his", "her", "its", "our", "their", "some"),
+        *("to", "for", "of", "at", "by", "with", "from", "into", "onto", "than", "as"),
+        *("and", "or", "but", "nor", "because", "if", "when", "while", "until", "unless"),
+        *("although", "though", "whether", "very"),
+        *("is", "are", "was", "were", "am", "could", "would", "should"),
+        *("um", "uh", "er", "erm"),
+    )
+)
+
+
+def sounds_unfinished(words: str) -> bool:
+    """The transcript stops where a sentence cannot end (a question mark or exclamation
+    mark says it did end)."""
+    text = words.strip()
+    if not text or text[-1] in "?!":
+        return False
+    tokens = text.lower().replace("...", " ").split()
+    last = tokens[-1].strip(".,;:-\"'") if tokens else ""
+    return last in UNFINISHED_LAST_WORDS
 
 
 def _eagerness(config: Mapping[str, Any]) -> str:
@@ -98,6 +126,7 @@ class TurnDecision:
     audio_ms: int  # where the speech paused (the session's input clock)
     probability: float
     complete: bool
+    words: str | None = None  # the transcript the verdict saw (None: none is made)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +138,7 @@ class SemanticPolicy:
     max_silence_ms: int
     candidate_silence_ms: int = SEMANTIC_CANDIDATE_SILENCE_MS
     threshold: float = COMPLETION_THRESHOLD
+    words_wait_ms: int = SEMANTIC_WORDS_WAIT_MS
 
     @classmethod
     def for_eagerness(cls, model: TurnCompletionModel, eagerness: str) -> SemanticPolicy:
@@ -150,6 +180,11 @@ class TurnDetector:
         self._turn_frames: deque[np.ndarray] = deque()
         self._turn_samples = 0
         self._judged = False
+        # The words heard so far (hypotheses count, last one), set by whoever feeds the
+        # detector where the model transcribes while the user speaks; the count when
+        # the last speech frame went by (a newer hypothesis has heard the pause).
+        self.words: tuple[int, str] | None = None
+        self._words_at_speech = 0
 
     @classmethod
     def from_settings(
@@ -216,6 +251,7 @@ class TurnDetector:
                 self._speech_run += self._frame
                 self._silence_run = 0
                 self._judged = False
+                self._words_at_speech = self.words[0] if self.words is not None else 0
                 if not self._speaking and self._ms(self._speech_run) >= self.min_speech_duration_ms:
                     self._speaking = True
                     onset = self._position - self._speech_run
@@ -246,12 +282,22 @@ class TurnDetector:
             return True
         if self._judged or silence_ms < policy.candidate_silence_ms:
             return False
+        words = self.words
+        if (
+            words is not None
+            and words[0] <= self._words_at_speech
+            and silence_ms < policy.candidate_silence_ms + policy.words_wait_ms
+        ):
+            return False  # no hypothesis has heard the pause yet: wait for one
         self._judged = True
         audio = np.concatenate(tuple(self._turn_frames))
         probability = float(policy.model.completion_probability(audio, self.rate_hz))
         complete = probability >= policy.threshold
+        if complete and words is not None and sounds_unfinished(words[1]):
+            complete = False  # it sounds done, but the words stop mid-sentence
         pause_ms = self._ms(self._position - self._silence_run)
-        self.decisions.append(TurnDecision(pause_ms, probability, complete))
+        heard = words[1] if words is not None else None
+        self.decisions.append(TurnDecision(pause_ms, probability, complete, heard))
         return complete
 
     # ---- the turn's audio (semantic_vad only) ----------------------------------
@@ -285,5 +331,6 @@ class TurnDetector:
         self._speaking = False
         self._speech_run = 0
         self._silence_run = 0
+        self._words_at_speech = 0
         self._forget_turn()
         self.classifier.reset()
