@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import http.server
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -299,12 +301,27 @@ async def test_front_end_killed_mid_reply_resumes_through_another(
 
 
 def test_an_unreachable_ray_head_is_a_clear_error(cluster: Cluster) -> None:
-    port = free_port()  # nothing listens there
     command = [sys.executable, "-m", "omniduplex.entrypoints.cli", "serve"]
-    command += [str(cluster.deploy_yaml), "--ray", f"127.0.0.1:{port}"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=4 * TIMEOUT_S)
+    command += [str(cluster.deploy_yaml), "--ray"]
+    port = free_port()  # nothing listens there
+    done = subprocess.run(
+        [*command, f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=4 * TIMEOUT_S
+    )
     assert done.returncode == 2
     assert "unreachable" in done.stderr
+    # Something answers, but not Ray (a wrong port): refused as quickly.
+    not_ray = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=not_ray.serve_forever, daemon=True).start()
+    try:
+        address = f"127.0.0.1:{not_ray.server_address[1]}"
+        done = subprocess.run(
+            [*command, address], capture_output=True, text=True, timeout=4 * TIMEOUT_S
+        )
+    finally:
+        not_ray.shutdown()
+        not_ray.server_close()
+    assert done.returncode == 2
+    assert "not a Ray head" in done.stderr
 
 
 async def test_every_front_end_reports_the_cluster(cluster: Cluster) -> None:

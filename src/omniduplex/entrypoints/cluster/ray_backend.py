@@ -198,19 +198,38 @@ class EngineReplicaActor:
 # ---- the front end's view -----------------------------------------------------------------
 
 
+#: The HTTP/2 client preface and an empty SETTINGS frame: a gRPC server (Ray's GCS is
+#: one) answers with a SETTINGS frame of its own.
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+_SETTINGS_FRAME = 0x04
+
+
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Fail fast (not hang) when the head's GCS port does not answer."""
+    """Fail fast (not hang in ``ray.init``) when nothing answers at the head's GCS address,
+    or what answers there does not speak gRPC (a wrong port)."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise ClusterUnavailableError(f"--ray {address!r}: expected HOST:PORT, or auto")
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            pass
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as conn:
+            conn.settimeout(timeout_s)
+            conn.sendall(_HTTP2_HELLO)
+            head = b""
+            while len(head) < 9:
+                chunk = conn.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
     except OSError as exc:
         raise ClusterUnavailableError(
             f"the Ray head at {address} is unreachable ({exc}); start it with "
             "`ray start --head` or pass --ray auto for a local cluster"
         ) from None
+    if len(head) < 9 or head[3] != _SETTINGS_FRAME:
+        raise ClusterUnavailableError(
+            f"what answers at {address} is not a Ray head (no gRPC there): give the "
+            "address `ray start --head` printed (its GCS port, 6379 by default)"
+        )
 
 
 class _ReplicaChannel:
