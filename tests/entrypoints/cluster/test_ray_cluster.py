@@ -33,6 +33,7 @@ from server_harness import TIMEOUT_S, RunningServer, free_port, run_app, wire  #
 
 from omniduplex.config.pipeline import load_deploy_config  # noqa: E402
 from omniduplex.entrypoints.cluster.app import build_cluster_app  # noqa: E402
+from omniduplex.entrypoints.cluster.frontend import ReplicaUnavailable  # noqa: E402
 from omniduplex.entrypoints.cluster.ray_backend import RayCluster  # noqa: E402
 
 MAX_SESSIONS = 2
@@ -392,4 +393,33 @@ async def test_a_cancel_through_ray_ends_the_reply(cluster: Cluster) -> None:
     assert not [e for e in after if e.get("response_id") == first["response_id"]]
     await _close(ctx, client)
     _assert_exactly_once(client.received)
+    await cluster.until_loads({"replica-0": 0, "replica-1": 0})
+
+
+async def test_a_restarted_directory_rebuilds_itself_from_the_replicas(cluster: Cluster) -> None:
+    ctx, _, created = await _open(cluster.front_ends[0].ws_url)
+    session_id = created["session"]["id"]
+    replica = await cluster.replica_of(session_id)
+    directory = ray.get_actor("session-directory", namespace=cluster.namespace)
+    ray.kill(directory, no_restart=False)
+    for _ in range(int(TIMEOUT_S / 0.05)):  # its first call after the restart probes them
+        with contextlib.suppress(ReplicaUnavailable):  # while it restarts
+            if await cluster.replica_of(session_id) == replica:
+                break
+        await asyncio.sleep(0.05)
+    assert await cluster.replica_of(session_id) == replica
+    await ctx.__aexit__(None, None, None)  # dropped; resumed through the other front end
+    async with wire(cluster.front_ends[1].ws_url + "?resume=1&duplex=1") as again:
+        await again.send(
+            {
+                "type": "session.resume",
+                "session_id": session_id,
+                "resume_token": created["resume_token"],
+                "last_received_server_event_seq": created["server_event_seq"],
+            }
+        )
+        resumed = await again.recv()
+        assert resumed["type"] == "session.resumed", resumed
+        await again.send({"type": "session.close"})
+        await again.until("session.closed")
     await cluster.until_loads({"replica-0": 0, "replica-1": 0})

@@ -82,7 +82,11 @@ def build_cluster_app(
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        view = await backend.view()
+        try:
+            view = await backend.view()
+        except Exception as exc:  # the directory does not answer (Ray's error types vary)
+            body = {"status": "unavailable", "reason": f"session directory: {exc}"[:200]}
+            return JSONResponse(body, status_code=503)
         ok = bool(app.state.ready) and view.live > 0
         body = {"status": "ok" if ok else "unavailable", "cluster": view.to_dict()}
         return JSONResponse(body, status_code=200 if ok else 503)

@@ -80,11 +80,13 @@ class ReplicaBackend(ABC):
 
     @abstractmethod
     async def place(self) -> Placement | None:
-        """The replica for a new session (``None``: no replica is alive)."""
+        """The replica for a new session (``None``: no replica is alive). Raises
+        ``ReplicaUnavailable`` when the directory cannot answer."""
 
     @abstractmethod
     async def locate(self, session_id: str) -> str | None:
-        """The replica that holds ``session_id``, or ``None``."""
+        """The replica that holds ``session_id``, or ``None``. Raises
+        ``ReplicaUnavailable`` when the directory cannot answer."""
 
     @abstractmethod
     def open_tunnel(
@@ -220,6 +222,27 @@ class ClusterRoute:
                 websocket, envelope, "server_shutting_down", "the server is shutting down", 1001
             )
             return
+        try:
+            await self._route(websocket, envelope, scope, first_frames, resume_of)
+        except ReplicaUnavailable as exc:
+            # The directory itself cannot answer (it is being restarted).
+            log.warning("the session directory is unavailable: %s", exc)
+            await self._refuse(
+                websocket,
+                envelope,
+                "engine_unavailable",
+                "the model engine is unavailable: the session directory does not answer",
+                1011,
+            )
+
+    async def _route(
+        self,
+        websocket: WebSocket,
+        envelope: RealtimeEnvelope,
+        scope: TunnelScope,
+        first_frames: list[str | bytes],
+        resume_of: str | None,
+    ) -> None:
         if resume_of is not None:
             replica = await self.backend.locate(resume_of)
             if replica is None:

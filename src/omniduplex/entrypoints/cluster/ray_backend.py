@@ -445,10 +445,16 @@ class RayCluster(ReplicaBackend):
     # ---- ReplicaBackend ---------------------------------------------------------------
 
     async def place(self) -> Placement | None:
-        return await self.directory.place.remote()
+        try:
+            return await self.directory.place.remote()
+        except RayError as exc:
+            raise ReplicaUnavailable(str(exc)) from exc
 
     async def locate(self, session_id: str) -> str | None:
-        return await self.directory.locate.remote(session_id)
+        try:
+            return await self.directory.locate.remote(session_id)
+        except RayError as exc:
+            raise ReplicaUnavailable(str(exc)) from exc
 
     def open_tunnel(
         self,
