@@ -400,13 +400,16 @@ async def test_a_restarted_directory_rebuilds_itself_from_the_replicas(cluster: 
     ctx, _, created = await _open(cluster.front_ends[0].ws_url)
     session_id = created["session"]["id"]
     replica = await cluster.replica_of(session_id)
+    before = (await cluster.backends[0].view()).directory
     directory = ray.get_actor("session-directory", namespace=cluster.namespace)
     ray.kill(directory, no_restart=False)
     for _ in range(int(TIMEOUT_S / 0.05)):  # its first call after the restart probes them
         with contextlib.suppress(ReplicaUnavailable):  # while it restarts
-            if await cluster.replica_of(session_id) == replica:
+            restarted = (await cluster.backends[0].view()).directory != before
+            if restarted and await cluster.replica_of(session_id) == replica:
                 break
         await asyncio.sleep(0.05)
+    assert (await cluster.backends[0].view()).directory != before
     assert await cluster.replica_of(session_id) == replica
     await ctx.__aexit__(None, None, None)  # dropped; resumed through the other front end
     async with wire(cluster.front_ends[1].ws_url + "?resume=1&duplex=1") as again:

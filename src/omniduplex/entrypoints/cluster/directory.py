@@ -63,6 +63,8 @@ class ClusterView:
     """What ``/health`` and ``/v1/models`` report of the cluster."""
 
     replicas: tuple[ReplicaView, ...]
+    # Which run of the directory answered (a restarted one rebuilds from the replicas).
+    directory: str = ""
 
     @property
     def live(self) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 import uuid
@@ -62,6 +63,7 @@ class SessionDirectoryActor:
 
     def __init__(self, namespace: str, names: list[str], probe_s: float = 0.5) -> None:
         self.directory = SessionDirectory()
+        self.incarnation = uuid.uuid4().hex
         self.namespace = namespace
         self.probe_s = probe_s
         self._names = list(names)
@@ -135,7 +137,7 @@ class SessionDirectoryActor:
         return self._watching().failed(name, incarnation or None)
 
     async def view(self) -> ClusterView:
-        return self._watching().view()
+        return dataclasses.replace(self._watching().view(), directory=self.incarnation)
 
 
 class _ActorReports(DirectoryReports):
@@ -475,7 +477,10 @@ class RayCluster(ReplicaBackend):
             await self.directory.failed.remote(replica, incarnation)
 
     async def view(self) -> ClusterView:
-        return await self.directory.view.remote()
+        try:
+            return await self.directory.view.remote()
+        except RayError as exc:
+            raise ReplicaUnavailable(str(exc)) from exc
 
     def _replica(self, name: str) -> Any:
         handle = self.replicas.get(name)
