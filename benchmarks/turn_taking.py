@@ -664,7 +664,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "cases_per_category": cases,
         "seed": args.seed,
         "categories": {},
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "load_average_at_start": os.getloadavg(),
+        },
     }
     try:
         for category in args.categories.split(","):
@@ -696,6 +700,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             print(category, json.dumps(summary), flush=True)
             result["categories"][category] = {"summary": summary, "cases": rows}
     finally:
+        result["machine"]["load_average_at_end"] = os.getloadavg()
         if process is not None:
             process.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
