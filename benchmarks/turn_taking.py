@@ -56,6 +56,7 @@ import platform
 import random
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -635,7 +636,7 @@ def plot(category: str, rows: list[dict[str, Any]], path: Path, title: str) -> N
         axis.set_ylim(0, 2)
         axis.tick_params(labelsize=7)
     axes[-1, 0].set_xlabel("seconds (red: the client dropped the reply's audio)")
-    figure.suptitle(title, fontsize=9)
+    figure.suptitle(textwrap.fill(title, 140), fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
@@ -719,12 +720,16 @@ def main() -> None:
     parser.add_argument("--categories", default=",".join(CATEGORIES))
     parser.add_argument("--seed", type=int, default=20)
     parser.add_argument("--label", help="results name (default: the deployment)")
+    parser.add_argument("--replot", action="store_true", help="only redraw the saved run")
     args = parser.parse_args()
     label = args.label or args.deployment
-    result = asyncio.run(main_async(args))
-    RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"turn_taking_{label}.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
+    if args.replot:
+        result = json.loads(path.read_text())
+    else:
+        result = asyncio.run(main_async(args))
+        RESULTS.mkdir(exist_ok=True)
+        path.write_text(json.dumps(result, indent=1) + "\n")
     with contextlib.suppress(ImportError):
         for category, data in result["categories"].items():
             title = f"{result['target']} {category}: {json.dumps(data['summary'])}"
