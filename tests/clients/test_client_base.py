@@ -468,6 +468,20 @@ async def test_wait_for_raises_when_the_session_closes(client: ScriptedClient) -
     assert await client.wait_closed(TIMEOUT_S) == "idle_ttl_expired"
 
 
+async def test_wait_closed_answers_an_end_that_comes_while_it_waits() -> None:
+    # No terminal event: the session ends for this client some other way (here released;
+    # a network client taken over ends the same way), after the wait began.
+    c = ScriptedClient()
+    c.start()
+    c.push(session_created())
+    await c.settle()
+    waiting = asyncio.create_task(c.wait_closed(TIMEOUT_S))
+    await asyncio.sleep(0)
+    await c.aclose()
+    assert await waiting == "client_released"
+    assert await c.wait_closed(TIMEOUT_S) == "client_released"
+
+
 async def test_a_transport_failure_reaches_every_reader() -> None:
     c = ScriptedClient()
     c.start()

@@ -490,9 +490,12 @@ class DuplexClientBase(ABC):
         await self.aclose()
 
     async def wait_closed(self, timeout: float | None = None) -> str | None:
-        """Wait until the session's terminal event arrived; return the close reason."""
+        """Wait until the session ended for this client; return the reason (a terminal
+        event's, or how else it ended: taken over, released)."""
         if not self.closed:
-            await self.wait_for(tuple(TERMINAL_TYPES), timeout, raise_on_error=False)
+            # Whether the end came before this call or during it, it is an answer.
+            with contextlib.suppress(DuplexSessionClosedError):
+                await self.wait_for(tuple(TERMINAL_TYPES), timeout, raise_on_error=False)
         return self.closed_reason
 
     async def __aenter__(self) -> Self:
