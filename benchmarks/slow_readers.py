@@ -22,7 +22,9 @@ peak and the after-drain growth per session; for slow readers, how many were dro
 the server, how many resumed, and the server log lines saying a client stopped reading.
 
 Run: ``python benchmarks/slow_readers.py [--sessions 8] [--deployment loopback-fast]``;
-writes ``benchmarks/results/slow_readers.json`` and prints the table.
+writes ``benchmarks/results/slow_readers.json`` and prints the table. To measure another
+source tree (say, before a fix), put its ``src`` on ``PYTHONPATH`` and pass ``--out``: the
+server subprocess runs what that path holds.
 """
 
 from __future__ import annotations
@@ -201,7 +203,10 @@ async def slow_client(server: Server, chunks: list[str], detach_timeout_s: float
         async with asyncio.timeout(RESUME_TIMEOUT_S):
             await _resume_and_close(server, created, result)
     except TimeoutError:
-        result["resume_answer"] = result.get("resume_answer", "") + " (timed out)"
+        result["resume_answer"] = result.get("resume_answer", "") + " (then timed out)"
+    except ConnectionClosed:
+        result["resume_answer"] = result.get("resume_answer", "") + " (then dropped)"
+        result["resumed"] = False
     return result
 
 

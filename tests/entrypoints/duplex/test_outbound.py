@@ -97,6 +97,26 @@ def test_a_replay_is_not_charged_against_the_bound() -> None:
     assert outbound.send_local(b"y" * 600)
 
 
+def test_events_behind_a_replay_wait_as_the_journals_bytes() -> None:
+    # A client catching up on a long replay is not let go for the live events that pile
+    # up behind it: they are numbered at once and bounded by the journal's bound.
+    journal = ReplayJournal(max_bytes=1 << 20, ttl_s=60)
+    outbound = RealtimeOutbound(max_events=8, max_bytes=1024, max_replay_bytes=4096)
+    replay = [b'{"type":"old"}'] * 3
+    for data in replay:
+        outbound.send_replay(data)
+    outbound.bind(lambda rendered: journal.append(rendered)[1])
+    over = [outbound.send_event({"type": "live", "pad": "x" * 300}) for _ in range(5)]
+    assert not any(over)  # 1.5 KB of live events, more than max_bytes
+    assert journal.head == 5  # numbered as they came, not as they leave
+    assert [orjson.loads(f.data)["type"] for f in _drain(outbound)] == ["old"] * 3 + ["live"] * 5
+    outbound.send_event({"type": "after"})  # caught up: numbered as it leaves again
+    assert journal.head == 5 and outbound.next_frame() is not None and journal.head == 6
+    # further behind than the journal keeps: reported like any other overflow
+    outbound.send_replay(b"r" * 4000)
+    assert outbound.send_event({"type": "live", "pad": "x" * 300})
+
+
 def test_close_after_pending_sends_what_waits_then_the_close() -> None:
     outbound, _ = _journaled()
     outbound.send_event({"type": "last"})

@@ -26,11 +26,12 @@ response that generates more than that ahead of real time fails with
 
 ``max_unsent_output_bytes_per_session`` bounds what a Realtime socket holds for its client
 on top of the transport's own 64 KiB write buffer: events queued and not yet written
-(base64 audio, each event charged 256 bytes more; a resume's replay is the journal's and
-is not charged). 256 KiB is about 4 s of 24 kHz pcm16 (6 s at 16 kHz). A client that
-falls that far behind, or ``max_outbox_events_per_session`` events, is treated as
-disconnected: its socket is aborted and its session detaches (resumable) or closes.
-``max_outbox_bytes_per_session`` is the same bound for an in-process handle's outbox.
+(base64 audio, each event charged 256 bytes more; a resume's replay, and what follows it
+while it waits, is the journal's, within its bound). 256 KiB is about 4 s of 24 kHz pcm16
+(6 s at 16 kHz). A client that falls that far behind, or ``max_outbox_events_per_session``
+events, is treated as disconnected: its socket is aborted and its session detaches
+(resumable) or closes. ``max_outbox_bytes_per_session`` is the same bound for an
+in-process handle's outbox.
 
 ``when_full`` is what a new session finds when ``max_sessions`` are admitted: ``refuse``
 answers ``resource_exhausted``; ``evict_detached`` (the default) gives it the slot of the

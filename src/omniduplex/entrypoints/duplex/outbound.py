@@ -15,6 +15,14 @@ States, with the only transitions allowed::
 
 Once ``CLOSED``, what still waited, and every later session event, is numbered into the
 journal at once, so a resume replays it and the stream keeps its order.
+
+Bounds (DESIGN decision 13): what waits is charged against ``max_events`` /
+``max_bytes``, except a resume's replay, whose bytes are the journal's. While a replay is
+still going out, a new session event is numbered at once and waits as the journal's bytes
+too (it cannot be dropped by a cancel any more), so a client catching up on a long replay
+is not let go for the live events that pile up behind it; what waits of the journal's
+bytes is bounded by ``max_replay_bytes`` instead (the journal's own bound: a client
+further behind than the journal keeps cannot be caught up anyway).
 """
 
 from __future__ import annotations
@@ -70,7 +78,7 @@ class CloseFrame:
 
 
 # (rendered session event | None, encoded frame of the socket's own | None, after sent,
-#  whether the frame is charged against the bounds: a replay's is not)
+#  whether it is charged against max_events / max_bytes: the journal's bytes are not)
 _Item = tuple[dict[str, Any] | None, bytes | None, Callable[[], None] | None, bool]
 
 
@@ -101,10 +109,17 @@ class RealtimeOutbound:
 
     ``max_events`` / ``max_bytes`` bound what may wait: ``send_*`` returns True when the
     queue went over them (the client stopped reading; the owner treats it as gone). A
-    replay (``send_replay``) is not charged: its bytes are the journal's.
+    replay (``send_replay``), and what follows it while it waits, is bounded by
+    ``max_replay_bytes`` instead (see the module docstring).
     """
 
-    def __init__(self, *, max_events: int = 2048, max_bytes: int = 256 * 1024) -> None:
+    def __init__(
+        self,
+        *,
+        max_events: int = 2048,
+        max_bytes: int = 256 * 1024,
+        max_replay_bytes: int = 8 * 1024 * 1024,
+    ) -> None:
         self._queue: BoundedEventQueue[_Item] = BoundedEventQueue(
             max_events=max_events,
             max_bytes=max_bytes,
@@ -112,6 +127,9 @@ class RealtimeOutbound:
             media_of=_item_media,
             charged=_item_charged,
         )
+        self.max_replay_bytes = max_replay_bytes
+        # The journal's bytes waiting here (a replay and what followed it).
+        self._replay_bytes = 0
         self.state = OutboundState.OPEN
         self._close: CloseFrame | None = None
         self._sequencer: Sequencer | None = None
@@ -147,8 +165,8 @@ class RealtimeOutbound:
         return self._push((None, data, after_sent, True))
 
     def send_replay(self, data: bytes) -> bool:
-        """A journaled frame a resume replays: sent in order like any other, but charged
-        nothing (the journal keeps these very bytes, within its own bound)."""
+        """A journaled frame a resume replays: sent in order like any other, charged
+        against ``max_replay_bytes`` only (the journal keeps these very bytes)."""
         return self._push((None, data, None, False))
 
     def send_event(self, rendered: dict[str, Any]) -> bool:
@@ -160,6 +178,12 @@ class RealtimeOutbound:
                 dropped = self._queue.drop_media_of(response.get("id"))
                 if dropped and self._on_dropped is not None:
                     self._on_dropped(dropped)
+        if self._replay_bytes and self._sequencer is not None:
+            # Behind a replay still going out: numbered now, it waits as the journal's.
+            data = self._sequencer(rendered)
+            if self._on_sent is not None:
+                self._on_sent(rendered)
+            return self._push((None, data, None, False))
         return self._push((rendered, None, None, True))
 
     def close_after_pending(self, code: int = 1000, reason: str = "") -> None:
@@ -176,7 +200,9 @@ class RealtimeOutbound:
                 self._sequencer(item[0])
             return False
         self._queue.push(item)
-        return self._queue.over_bound
+        if not item[3]:
+            self._replay_bytes += len(item[1] or b"")
+        return self._queue.over_bound or self._replay_bytes > self.max_replay_bytes
 
     # ---- out --------------------------------------------------------------------------
 
@@ -184,7 +210,9 @@ class RealtimeOutbound:
         """The next thing to put on the socket; ``None`` while nothing is due. After a
         ``CloseFrame`` the outbound is ``CLOSED``."""
         while self._queue:
-            rendered, data, after_sent, _ = self._queue.pop()
+            rendered, data, after_sent, charged = self._queue.pop()
+            if not charged:
+                self._replay_bytes -= len(data or b"")
             if rendered is not None:
                 if self._sequencer is None:
                     continue  # a session event before any session: nothing to number it
@@ -220,6 +248,7 @@ class RealtimeOutbound:
     def abandon(self) -> None:
         """Stop sending: number what still waits into the journal, in order."""
         pending = self._queue.take_all()
+        self._replay_bytes = 0
         if self._sequencer is not None:
             for rendered, _, _, _ in pending:
                 if rendered is not None:

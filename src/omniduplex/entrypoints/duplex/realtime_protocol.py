@@ -188,6 +188,8 @@ class RealtimeProtocol:
             resume_token=resume_token,
         )
         self.send_frame(self._local(resumed), after_sent=after_resumed_sent)
+        # The replay, and what follows it while it waits, is the journal's to bound.
+        self.outbound.max_replay_bytes = journal.max_bytes
         for data in replay:
             self._queued(self.outbound.send_replay(data))
         self._bind(session_id, journal, public_session)
