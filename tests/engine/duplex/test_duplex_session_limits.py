@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from duplex_helpers import (
     EventReader,
@@ -15,8 +17,10 @@ from duplex_helpers import (
     wait_until,
 )
 
+from omniduplex.engine.duplex.capabilities import DuplexCapabilities
 from omniduplex.engine.duplex.messages import DuplexSessionError
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
+from omniduplex.model_executor.models.loopback.plugin import LoopbackDuplexPlugin
 
 
 class ManualClock:
@@ -183,3 +187,44 @@ async def test_a_consumer_that_stops_reading_is_detached_and_memory_stays_bounde
         await handle.close()
         rest = await reader.rest()
         assert rest[-1].type == "session.closed"
+
+
+class NonResumableLoopbackTestPlugin(LoopbackDuplexPlugin):
+    """Test plugin: loopback, declaring that its sessions cannot be resumed (as a model
+    whose state lives only in a live stream, such as personaplex, does)."""
+
+    plugin_id = "non-resumable-loopback-test"
+
+    def capabilities(self, *, max_sessions: int) -> DuplexCapabilities:
+        caps = super().capabilities(max_sessions=max_sessions)
+        return dataclasses.replace(caps, supports_session_resume=False)
+
+
+async def test_a_non_resumable_session_whose_consumer_stops_reading_is_closed():
+    bound = 48
+    pipeline = dataclasses.replace(
+        deployment("loopback-fast", max_outbox_events_per_session=bound),
+        duplex_plugin=f"{__name__}:{NonResumableLoopbackTestPlugin.__name__}",
+    )
+    async with DuplexOmni(pipeline) as omni:
+        handle = await omni.open_session()
+        sid = handle.session_id
+        handle.submit(append(sine_pcm16(3000)))  # nobody reads
+        handle.submit(commit())
+        await wait_until(lambda: handle.overflowed)
+        assert not handle.attached
+
+        def gone(orchestrator) -> bool:
+            return sid not in orchestrator.manager.runners
+
+        for _ in range(10_000):
+            if await omni.engine.call(gone):
+                break
+        assert await omni.engine.call(gone), "the session was not closed"
+        assert handle.pending_events <= bound + 1  # the bound, and its session.closed
+        reader = EventReader(handle)
+        rest = await reader.rest()
+        assert rest[-1].type == "session.closed"
+        assert rest[-1].reason == "outbox_overflow"
+        with pytest.raises(DuplexSessionError):
+            await omni.resume_session(sid, handle.lease_generation)
