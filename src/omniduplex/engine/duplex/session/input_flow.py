@@ -256,7 +256,7 @@ class InputFlow(Inputs):
                 turn.item_id = turn.item_id or new_item_id()
                 turn.audio_start_ms = event.audio_ms
                 onset_ms = event.onset_ms if event.onset_ms is not None else event.audio_ms
-                if settings.backchannel_policy == "ignore" and self.ctx.playout.playing:
+                if settings.backchannel_policy == "ignore" and self._assistant_speaking():
                     self._held = _HeldSpeech(onset_ms)
                     continue
                 self._announce_speech()
@@ -279,6 +279,12 @@ class InputFlow(Inputs):
             self._announce_speech()
         if not detector.speaking and not self.session.input.speech_active:
             self._forget_old_silence(self.session.input, detector.prefix_padding_ms)
+
+    def _assistant_speaking(self) -> bool:
+        """The assistant's voice is on: its audio plays, or a reply whose audio began is
+        still in progress (between two sentences the model has not finished yet)."""
+        playout = self.ctx.playout
+        return playout.playing or (self.session.response is not None and playout.started)
 
     def _announce_speech(self) -> None:
         """The turn's speech is announced (``speech_started``) and, over a reply, barges
