@@ -54,6 +54,8 @@ from serving import free_port
 
 RESULTS = Path(__file__).parent / "results"
 RATE = 24_000
+# Frames a fuzzing client sends before it waits for them to be answered.
+FUZZ_WINDOW = 200
 HANG_GUARD_S = 60.0
 
 
@@ -237,6 +239,9 @@ def fuzz_frame(rng: random.Random) -> str | bytes:
 
 
 async def fuzz_socket(server: ServedProcess, frames: int, seed: int, tally: Counter) -> None:
+    """``frames`` hostile frames over as many connections as the invalid UTF-8 among them
+    close. Every ``FUZZ_WINDOW`` frames the sender waits for a heartbeat's ack, so it is
+    a client that reads what it is sent (one that does not is let go by design)."""
     rng = random.Random(seed)
     sent = 0
     while sent < frames:
@@ -246,36 +251,43 @@ async def fuzz_socket(server: ServedProcess, frames: int, seed: int, tally: Coun
             tally["connect_failed"] += 1
             await asyncio.sleep(0.05)
             continue
+        acks = asyncio.Queue[None]()
 
-        async def drain(ws: ClientConnection = ws) -> None:
-            """Until the heartbeat's ack, or the socket closes."""
+        async def read(ws: ClientConnection = ws, acks: asyncio.Queue[None] = acks) -> None:
             with contextlib.suppress(websockets.ConnectionClosed):
                 async for message in ws:
                     event = orjson.loads(message)
+                    tally["events"] += 1
                     if event.get("type") == "error":
                         tally["error:" + str(event["error"].get("type"))] += 1
                     elif event.get("type") == "session.heartbeat_ack":
-                        return
+                        acks.put_nowait(None)
 
-        reader = asyncio.create_task(drain())
+        async def answered(ws: ClientConnection = ws, acks: asyncio.Queue[None] = acks) -> None:
+            """Everything sent before a heartbeat is answered before its ack (one the
+            rate limit refused is sent again)."""
+            for _ in range(int(HANG_GUARD_S)):
+                await ws.send('{"type":"session.heartbeat"}')
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(acks.get(), 1.0)
+                    return
+            raise TimeoutError("no heartbeat ack")
+
+        reader = asyncio.create_task(read())
         try:
             while sent < frames:
                 sent += 1
+                tally["frames"] += 1
                 if rng.random() < 0.0005:
                     await ws.send(b"\xff\xfe{", text=True)  # not UTF-8: closes 1007
                     tally["invalid_utf8"] += 1
                     await asyncio.wait_for(reader, HANG_GUARD_S)
                     break
                 await ws.send(fuzz_frame(rng))
-                if sent % 64 == 0:
-                    await asyncio.sleep(0)  # let the reader keep up
+                if sent % FUZZ_WINDOW == 0:
+                    await answered()
             else:
-                # Everything sent before a heartbeat is answered before its ack (a
-                # heartbeat refused by the rate limit is sent again).
-                for _ in range(int(HANG_GUARD_S)):
-                    await ws.send('{"type":"session.heartbeat"}')
-                    if (await asyncio.wait({reader}, timeout=1.0))[0]:
-                        break
+                await answered()
         except websockets.ConnectionClosed:
             pass
         finally:
@@ -337,15 +349,24 @@ async def phase_fuzz(frames: int, sockets: int) -> dict[str, Any]:
 
 
 async def health_latencies(server: ServedProcess, stop: asyncio.Event) -> list[float]:
+    """``/health`` asked every 50 ms until ``stop``, each probe timed on its own (a slow
+    answer does not delay the next probe)."""
     out: list[float] = []
+
+    async def probe(client: httpx.AsyncClient) -> None:
+        started = time.perf_counter()
+        try:
+            ok = (await client.get(server.http + "/health")).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        out.append((time.perf_counter() - started) * 1000 if ok else float("inf"))
+
     async with httpx.AsyncClient(timeout=HANG_GUARD_S) as client:
+        probes = []
         while not stop.is_set():
-            started = time.perf_counter()
-            response = await client.get(server.http + "/health")
-            out.append((time.perf_counter() - started) * 1000)
-            if response.status_code != 200:
-                out[-1] = float("inf")
-            await asyncio.sleep(0.02)
+            probes.append(asyncio.create_task(probe(client)))
+            await asyncio.sleep(0.05)
+        await asyncio.gather(*probes)
     return out
 
 
@@ -621,11 +642,25 @@ async def phase_kills(max_restarts: int = 3) -> dict[str, Any]:
 
 
 async def phase_slow_readers(quick: bool) -> dict[str, Any]:
+    """``benchmarks/slow_readers.py`` (its own server, baseline and two slow rounds), run
+    as it is and read back from its JSON."""
+    script = Path(__file__).parent / "slow_readers.py"
+    descriptor, name = tempfile.mkstemp(suffix=".json")
+    os.close(descriptor)
+    out = Path(name)
+    command = [sys.executable, str(script), "--out", str(out)]
+    if quick:
+        command += ["--sessions", "4", "--turns", "2"]
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    _, stderr = await process.communicate()
     try:
-        import slow_readers
-    except ImportError:
-        return {"skipped": "benchmarks/slow_readers.py is missing"}
-    return await slow_readers.campaign(quick=quick)
+        if process.returncode != 0:
+            return {"failed": process.returncode, "stderr": stderr.decode()[-2000:]}
+        return json.loads(out.read_text())
+    finally:
+        out.unlink(missing_ok=True)
 
 
 # ---- main ------------------------------------------------------------------------------
