@@ -41,7 +41,8 @@ other Realtime endpoint: ``--url wss://HOST/v1/realtime?model=M [--api-key K]
 [--session JSON]`` (the session JSON is sent as the ``session.update``'s ``session``; use
 the endpoint's own dialect, e.g. GA's ``{"type": "realtime", "audio": {...}}`` for
 OpenAI). Writes ``benchmarks/results/turn_taking_<label>.json`` and a timeline plot per
-category (``..._<category>.png``: user above, system below, the scenario's marks).
+category (``..._<category>.png``: user above, system below, the scenario's marks; with
+matplotlib, the ``bench`` extra; ``--replot`` redraws them from the JSON).
 """
 
 from __future__ import annotations
