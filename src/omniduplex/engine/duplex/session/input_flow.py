@@ -585,6 +585,9 @@ class InputFlow(Inputs):
             return
         updated = outcome.value
         previous, session.settings = session.settings, updated
+        if updated.idle_timeout_s is not None and updated.idle_timeout_s != previous.idle_timeout_s:
+            # Decision 11: the session's idle_timeout_s drives its lease from now on.
+            session.lease.config = session.lease.config.with_idle_timeout(updated.idle_timeout_s)
         plugin = self.ctx.plugin
         if plugin.streams_input and not self._streamed:
             # A model-native plugin hands its session config (persona, voice, sampling) to

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 Clock = Callable[[], float]
 
@@ -42,6 +42,14 @@ class LeaseGenerationMismatch(ValueError):
 class LeaseConfig:
     idle_ttl_s: float | None = 300.0
     disconnect_grace_s: float = 30.0
+    # The deployment's bound on what a session's ``idle_timeout_s`` may ask (decision 11).
+    max_idle_ttl_s: float | None = None
+
+    def with_idle_timeout(self, idle_timeout_s: float) -> LeaseConfig:
+        """This config with the session's ``idle_timeout_s``, bounded by the maximum."""
+        bound = self.max_idle_ttl_s
+        ttl = idle_timeout_s if bound is None else min(idle_timeout_s, bound)
+        return replace(self, idle_ttl_s=ttl)
 
     def __post_init__(self) -> None:
         if self.idle_ttl_s is not None and self.idle_ttl_s <= 0:

@@ -152,7 +152,9 @@ class DuplexSessionManager:
             )
             lease = DuplexLeaseState(
                 LeaseConfig(
-                    idle_ttl_s=idle_ttl, disconnect_grace_s=self.runtime.disconnect_grace_s
+                    idle_ttl_s=idle_ttl,
+                    disconnect_grace_s=self.runtime.disconnect_grace_s,
+                    max_idle_ttl_s=self.runtime.max_idle_timeout_s,
                 ),
                 last_activity=self.clock(),
             )
