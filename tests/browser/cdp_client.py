@@ -159,7 +159,8 @@ async def chromium_page(
         log = (profile / "chromium.log").open("wb")
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         try:
-            port = await asyncio.to_thread(_devtools_port, profile, proc, 20.0)
+            # A hang guard: chromium's start took over 20 s on a loaded 2-core machine.
+            port = await asyncio.to_thread(_devtools_port, profile, proc, 90.0)
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
                 targets = json.load(r)
             target = next(t for t in targets if t["type"] == "page")
