@@ -74,4 +74,11 @@ class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
         self.queue.put_nowait({"type": "websocket.disconnect", "code": INVALID_PAYLOAD})
         self.transport.write(b"".join(self.conn.data_to_send()))
         self.close_sent = True
-        self.transport.close()
+        # The closing handshake as uvicorn does it for an app's close: read on until the
+        # client's close frame (``handle_close`` then drops the connection), or the close
+        # timeout. Dropping it at once made a client still sending meet a reset that could
+        # discard our close frame before it was read.
+        if self.read_paused:
+            self.read_paused = False
+            self.transport.resume_reading()
+        self.close_timer = self.loop.call_later(self.close_timeout, self.transport.close)
