@@ -13,18 +13,17 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request, WebSocket
+from fastapi import FastAPI, WebSocket
 from fastapi.responses import JSONResponse, Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...protocol.duplex import ErrorEvent
 from ..openai.api_server import (
     _bearer,
     _echoed_subprotocol,
-    _error_body,
     _key_matches,
     _refused_by,
     _subprotocol_key,
+    guard_http_routes,
 )
 from ..openai.metrics import RequestMetricsMiddleware, ServerMetrics
 from ..openai.origins import OriginPolicy
@@ -59,26 +58,7 @@ def build_cluster_app(
     app.state.route = route
     app.state.metrics = metrics
 
-    @app.middleware("http")
-    async def require_key(request: Request, call_next: Any) -> Any:
-        refusal = _refused_by(policy, request.headers)
-        if refusal is not None:
-            return _error_body(*refusal, 403)
-        presented = _bearer(request.headers.get("authorization"))
-        guarded = api_key is not None and request.url.path != "/health"
-        if guarded and not _key_matches(presented, api_key):
-            return _error_body("unauthorized", "Missing or invalid API key", 401)
-        return await call_next(request)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def not_available(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 404:
-            return _error_body(
-                "route_not_available",
-                f"{request.method} {request.url.path} is not available on a cluster front end",
-                404,
-            )
-        return _error_body("http_error", str(exc.detail), exc.status_code)
+    guard_http_routes(app, policy, api_key, where="on a cluster front end")
 
     @app.get("/health")
     async def health() -> JSONResponse:

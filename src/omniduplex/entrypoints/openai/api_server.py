@@ -79,6 +79,35 @@ def _echoed_subprotocol(websocket: WebSocket) -> str | None:
     return "realtime" if "realtime" in (p.strip() for p in raw.split(",")) else None
 
 
+def guard_http_routes(
+    app: FastAPI, policy: OriginPolicy, api_key: str | None, *, where: str
+) -> None:
+    """Every HTTP route checks the origin and host, then the API key (``/health`` needs
+    none); a route that does not exist answers a JSON 404 saying it is not available
+    ``where``."""
+
+    @app.middleware("http")
+    async def require_key(request: Request, call_next: Any) -> Any:
+        refusal = _refused_by(policy, request.headers)
+        if refusal is not None:
+            return _error_body(*refusal, 403)
+        presented = _bearer(request.headers.get("authorization"))
+        guarded = api_key is not None and request.url.path != "/health"
+        if guarded and not _key_matches(presented, api_key):
+            return _error_body("unauthorized", "Missing or invalid API key", 401)
+        return await call_next(request)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def not_available(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return _error_body(
+                "route_not_available",
+                f"{request.method} {request.url.path} is not available {where}",
+                404,
+            )
+        return _error_body("http_error", str(exc.detail), exc.status_code)
+
+
 def build_app(
     omni: AsyncOmni,
     *,
@@ -123,26 +152,7 @@ def build_app(
     app.state.handlers = handler_box
     app.state.metrics = metrics
 
-    @app.middleware("http")
-    async def require_key(request: Request, call_next: Any) -> Any:
-        refusal = _refused_by(policy, request.headers)
-        if refusal is not None:
-            return _error_body(*refusal, 403)
-        presented = _bearer(request.headers.get("authorization"))
-        guarded = api_key is not None and request.url.path != "/health"
-        if guarded and not _key_matches(presented, api_key):
-            return _error_body("unauthorized", "Missing or invalid API key", 401)
-        return await call_next(request)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def not_available(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 404:
-            return _error_body(
-                "route_not_available",
-                f"{request.method} {request.url.path} is not available for this deployment",
-                404,
-            )
-        return _error_body("http_error", str(exc.detail), exc.status_code)
+    guard_http_routes(app, policy, api_key, where="for this deployment")
 
     @app.get("/health")
     async def health() -> JSONResponse:
