@@ -127,7 +127,14 @@ async def test_requests_beyond_max_requests_get_429_and_are_counted(
         assert answered.json()["choices"][0]["message"]["content"].startswith("Held.")
         again = await _transcription(http)
         assert again.status_code == 200 and again.json()["text"] == "hello"
+        # A request is counted once its last byte has left, which may be just after the
+        # client has it all: read the metrics once the last one is counted.
         metrics = (await http.get("/metrics")).text
+        for _ in range(int(TIMEOUT_S / 0.05)):
+            if _sample(metrics, "omniduplex_requests_total", route=TRANSCRIBE, status="200"):
+                break
+            await asyncio.sleep(0.05)
+            metrics = (await http.get("/metrics")).text
     assert _sample(metrics, "omniduplex_requests_total", route=CHAT, status="200") == 1.0
     assert _sample(metrics, "omniduplex_requests_total", route=CHAT, status="429") == 1.0
     assert _sample(metrics, "omniduplex_requests_total", route=TRANSCRIBE, status="429") == 1.0
