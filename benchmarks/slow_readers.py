@@ -34,9 +34,7 @@ import asyncio
 import json
 import os
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -46,7 +44,8 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from serving import free_port, speech
+from reliability import ServedProcess
+from serving import speech
 
 RESULTS = Path(__file__).parent / "results"
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -61,46 +60,12 @@ def rss_bytes(pid: int) -> int:
         return int(statm.read().split()[1]) * PAGE
 
 
-class Server:
-    """``omniduplex serve`` in a subprocess, its stderr kept in a temporary file."""
+class Server(ServedProcess):
+    """``omniduplex serve`` (the reliability campaign's ``ServedProcess``) with room for
+    every phase's sessions, and what the phases read of it."""
 
     def __init__(self, deployment: str, sessions: int) -> None:
-        self.port = free_port()
-        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "omniduplex.entrypoints.cli",
-                "serve",
-                deployment,
-                "--port",
-                str(self.port),
-                "--log-level",
-                "warning",
-                "--max-sessions",
-                str(max(16, 2 * sessions)),
-            ],
-            stderr=self.log,
-        )
-
-    def url(self, query: str = "") -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/realtime{query}"
-
-    async def wait_ready(self) -> None:
-        for _ in range(600):
-            try:
-                async with connect(self.url("?model=loopback")) as ws:
-                    await ws.recv()
-                    # Closed, not dropped: a detached session would hold its slot (and
-                    # count as open) for its disconnect grace.
-                    await ws.send(_event("session.close"))
-                    async for _ in ws:
-                        pass
-                    return
-            except OSError:
-                await asyncio.sleep(0.1)
-        raise RuntimeError("server did not start")
+        super().__init__(deployment, "--max-sessions", str(max(16, 2 * sessions)))
 
     def sessions_active(self) -> float:
         url = f"http://127.0.0.1:{self.port}/metrics"
@@ -111,13 +76,7 @@ class Server:
         return float("nan")
 
     def log_lines(self, needle: str) -> int:
-        self.log.seek(0)
-        return sum(needle in line for line in self.log)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(20)
-        self.log.close()
+        return sum(needle in line for line in self.log_text().splitlines())
 
 
 class Sampler:
