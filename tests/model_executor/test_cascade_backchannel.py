@@ -3,8 +3,10 @@
 ``backchannel_policy: ignore``: speech that starts while the assistant is audibly speaking
 and ends within ``backchannel_max_ms`` of its onset ("uh-huh", "yeah", "mm-hm", "right")
 leaves the reply alone and is no turn; longer speech barges in, announced with the
-speech_started it would have had. ``barge_in`` (the default, OpenAI's rule) stops the
-reply on any speech.
+speech_started it would have had. Until the speech is judged the reply's playout is held
+(paused): a backchannel resumes it where it paused, an interruption cuts it where the
+client's buffer ran dry. ``barge_in`` (the default, OpenAI's rule) stops the reply on any
+speech.
 
 The reply must still be playing when the user speaks, so the responder is a test double
 of an OpenAI-compatible chat server streaming six short sentences (several seconds of
@@ -14,6 +16,9 @@ audio time while the reply plays.
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -105,8 +110,95 @@ async def test_backchannels_over_the_reply_leave_it_alone(pipeline) -> None:
     assert kinds.count(STARTED) == 1
     assert kinds.count("input_audio_buffer.committed") == 1
     decisions = [(e.action, e.reason) for e in events if e.type == "overlap.decision"]
-    assert decisions == [("ignore", "backchannel")] * len(BACKCHANNELS)
+    assert decisions == [("pause", "held_speech"), ("ignore", "backchannel")] * len(BACKCHANNELS)
     assert "output_audio_buffer.cleared" not in kinds
+    _assert_all_audio_in_order(events)
+
+
+DELTA = "response.output_audio.delta"
+PAUSE = ("pause", "held_speech")
+# Longer than the lead plus a unit (300 + 200 ms): a playout that is not held releases
+# audio meanwhile; a held one does not, however slow the machine.
+HOLD_WATCH_S = 1.0
+
+
+def _assert_all_audio_in_order(events: list[Any]) -> None:
+    """Every unit of the reply reached the client once, in order, back to back: each
+    delta's audio ends where its metadata says, and the last where the reply ends."""
+    deltas = [e for e in events if e.type == DELTA]
+    total_ms = 0.0
+    for delta in deltas:
+        samples = len(base64.b64decode(delta.delta)) // 2
+        total_ms += 1000.0 * samples / delta.sample_rate_hz
+        assert abs(total_ms - delta.metadata["audio_duration_ms"]) <= 1
+    done = [e for e in events if e.type == "response.done"][-1]
+    metrics = json.loads(done.response["metadata"]["omniduplex_stage_metrics"])  # a string
+    assert deltas and round(total_ms) == metrics["audio_ms"]
+
+
+async def _hold_then(
+    pipeline: Any, held: np.ndarray, rest: np.ndarray, until: str = "response.done"
+) -> list[Any]:
+    """Ask a question; once the reply plays, say ``held`` (no silence after it: the
+    speech stays unjudged) and wait for the pause; keep it unjudged ``HOLD_WATCH_S``,
+    then say ``rest``. Every event up to ``until``."""
+    session = {"turn_detection": SERVER_VAD, "extra_body": {"backchannel_policy": "ignore"}}
+    async with DuplexOmni(pipeline) as omni:
+        handle = await omni.open_session(session)
+        reader = Reader(handle)
+        speak(handle, say("What time is it?", IN_RATE, lead_ms=300, tail_ms=800))
+        await reader.until_type(DELTA)
+        speak(handle, held)
+        await reader.until(lambda e: e.type == "overlap.decision" and (e.action, e.reason) == PAUSE)
+        await asyncio.sleep(HOLD_WATCH_S)
+        speak(handle, rest)
+        await reader.until_type(until)
+        events = reader.seen
+        await handle.close()
+    return events
+
+
+def _between(events: list[Any], first: Any, last: Any) -> list[str]:
+    return [e.type for e in events[events.index(first) + 1 : events.index(last)]]
+
+
+async def test_a_backchannel_pauses_the_reply_which_resumes_where_it_paused(pipeline) -> None:
+    events = await _hold_then(pipeline, piper("Uh-huh."), silence(800))
+    decisions = [e for e in events if e.type == "overlap.decision"]
+    assert [(e.action, e.reason) for e in decisions] == [PAUSE, ("ignore", "backchannel")]
+    # Held: not one unit of audio left between the pause and the verdict.
+    assert DELTA not in _between(events, decisions[0], decisions[1])
+    assert DELTA in _between(events, decisions[1], events[-1])  # and it went on after
+    done = events[-1].response
+    assert done["status"] == "completed"
+    assert done["output"][0]["content"][0]["transcript"] == "".join(REPLY).strip()
+    kinds = [e.type for e in events]
+    assert kinds.count(STARTED) == 1  # a stock client sees no turn for the backchannel
+    assert "output_audio_buffer.cleared" not in kinds
+    assert "conversation.item.truncated" not in kinds
+    _assert_all_audio_in_order(events)
+
+
+async def test_an_interruption_is_paused_at_once_and_cut_where_the_client_ran_dry(
+    pipeline,
+) -> None:
+    speech = piper("Sorry, what about the weather tomorrow in Paris?")
+    cut = IN_RATE * 500 // 1000  # under backchannel_max_ms: still held
+    rest = np.concatenate((speech[cut:], silence(800)))
+    events = await _hold_then(pipeline, speech[:cut], rest, "conversation.item.truncated")
+    decisions = [e for e in events if e.type == "overlap.decision"]
+    assert [(e.action, e.reason) for e in decisions] == [
+        PAUSE,
+        ("barge_in", "speech_beyond_backchannel"),
+    ]
+    started = [e for e in events if e.type == STARTED][1]
+    assert DELTA not in _between(events, decisions[0], started)
+    done = next(e for e in events if e.type == "response.done")
+    assert done.response["status"] == "cancelled"
+    # The client played all it held during the pause (the lead plus a unit, less than
+    # HOLD_WATCH_S), so the reply is truncated at everything it was sent: no more.
+    heard = [e for e in events if e.type == DELTA][-1].metadata["audio_duration_ms"]
+    assert events[-1].audio_end_ms == heard
 
 
 async def test_under_barge_in_a_backchannel_stops_the_reply(pipeline) -> None:
@@ -124,7 +216,7 @@ async def test_speech_longer_than_a_backchannel_still_barges_in(pipeline) -> Non
     started = [e for e in events if e.type == STARTED]
     assert len(started) == 2
     decisions = [(e.action, e.reason) for e in events if e.type == "overlap.decision"]
-    assert decisions == [("barge_in", "speech_beyond_backchannel")]
+    assert decisions == [PAUSE, ("barge_in", "speech_beyond_backchannel")]
     # Announced late, but where the speech began: the turn keeps its first words.
     question_end = max(e.audio_end_ms for e in events if e.type.endswith("speech_stopped"))
     assert started[1].audio_start_ms < question_end + 800 + 300

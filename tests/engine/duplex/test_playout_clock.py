@@ -110,3 +110,69 @@ def test_a_new_response_starts_from_nothing() -> None:
     playout.begin("r2", paced=True, lead_ms=300)
     assert playout.response_id == "r2" and playout.played_ms() == 0
     assert not playout.started and playout.released_ms == 0 and not playout.pending
+
+
+def test_a_held_playout_releases_nothing_and_its_position_stops_at_what_was_released() -> None:
+    playout, clock = _paced(lead_ms=300)
+    for unit in _units(30):
+        playout.push(unit)
+    assert [u.end_ms for u in playout.release()] == [100, 200, 300, 400]
+    clock.advance(50)
+    playout.hold()
+    assert playout.next_due() is None  # the runner's timer is not re-armed
+    for _ in range(20):  # two seconds of held playout
+        clock.advance(100)
+        assert playout.release() == []
+    # The client played what it held (the lead plus a unit) and then nothing.
+    assert playout.played_ms() == 400 and not playout.playing
+
+
+def test_a_resumed_playout_goes_on_where_it_paused_losing_nothing() -> None:
+    playout, clock = _paced(lead_ms=300)
+    for unit in _units(30):
+        playout.push(unit)
+    sent = [u.end_ms for u in playout.release()]
+    playout.hold()
+    clock.advance(2000)
+    assert playout.release() == []
+    playout.resume()
+    # The 1.6 s the client waited in silence are not counted as played: the next units
+    # are released as at the start, within the lead of the end of what was heard.
+    assert playout.played_ms() == 400
+    sent += [u.end_ms for u in playout.release()]
+    assert sent == [100, 200, 300, 400, 500, 600, 700, 800]
+    while playout.pending:
+        clock.advance(100)
+        sent += [u.end_ms for u in playout.release()]
+    assert sent == [100 * (k + 1) for k in range(30)]  # every unit, in order, once
+
+
+def test_resuming_before_the_client_drained_keeps_the_clock() -> None:
+    playout, clock = _paced(lead_ms=300)
+    for unit in _units(30):
+        playout.push(unit)
+    playout.release()
+    playout.hold()
+    clock.advance(80)
+    assert playout.release() == []
+    playout.resume()
+    assert playout.played_ms() == 80  # it never stopped playing
+    assert playout.release() == []  # the client still holds more than the lead
+    clock.advance(20)
+    assert [u.end_ms for u in playout.release()] == [500]
+
+
+def test_a_cut_held_playout_stays_cut_and_a_new_response_is_not_held() -> None:
+    playout, clock = _paced()
+    for unit in _units(10):
+        playout.push(unit)
+    playout.release()
+    playout.hold()
+    clock.advance(1000)
+    assert playout.cut() == 400  # truncated at what the client played: all it held
+    playout.resume()
+    assert playout.played_ms() == 400 and playout.release() == []
+    playout.hold()
+    playout.begin("r2", paced=True, lead_ms=300)
+    playout.push(_units(1)[0])
+    assert [u.end_ms for u in playout.release()] == [100]

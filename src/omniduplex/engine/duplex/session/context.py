@@ -93,6 +93,16 @@ class Responses(ABC):
         (the active response, or the last one's audio still playing out). False when
         nothing was playing."""
 
+    @abstractmethod
+    def hold_playout(self) -> bool:
+        """Speech started over the active response and is not yet judged (a backchannel
+        or an interruption): release none of its audio until ``resume_playout`` or a
+        cancel. False when no response is active (nothing to hold)."""
+
+    @abstractmethod
+    def resume_playout(self) -> None:
+        """The held speech was a backchannel: the response plays on where it paused."""
+
 
 @dataclass(frozen=True, slots=True)
 class FinalTranscript:

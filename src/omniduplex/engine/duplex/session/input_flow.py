@@ -58,7 +58,7 @@ class _DecodedAppend:
 class _HeldSpeech:
     """Speech that started while the assistant spoke, under ``backchannel_policy:
     ignore``: not announced until it outlasts ``backchannel_max_ms`` (a barge-in) or ends
-    before (a backchannel, dropped)."""
+    before (a backchannel, dropped). Meanwhile the reply's playout is held (paused)."""
 
     onset_ms: int  # the speech's own onset (the session's input clock)
 
@@ -258,6 +258,10 @@ class InputFlow(Inputs):
                 onset_ms = event.onset_ms if event.onset_ms is not None else event.audio_ms
                 if settings.backchannel_policy == "ignore" and self._assistant_speaking():
                     self._held = _HeldSpeech(onset_ms)
+                    # Pause the reply now, not once judged: an interruption then stops
+                    # within what the client holds, a backchannel resumes it losing nothing.
+                    if self.ctx.responses.hold_playout():
+                        self.out.overlap_decision(settings.overlap_policy, "pause", "held_speech")
                     continue
                 self._announce_speech()
             elif event.kind == "stopped" and turn.speech_active:
@@ -318,6 +322,7 @@ class InputFlow(Inputs):
                 self.turns.reset(self._position)
         self.ctx.transcripts.abort()
         self.out.overlap_decision(session.settings.overlap_policy, "ignore", "backchannel")
+        self.ctx.responses.resume_playout()
 
     def _forget_old_silence(self, turn: InputTurn, padding_ms: int) -> None:
         """Under server VAD a turn starts at most ``prefix_padding_ms`` before its speech,
@@ -431,7 +436,9 @@ class InputFlow(Inputs):
         }
         audio = turn.audio()
         session.input = InputTurn()
-        self._held = None
+        if self._held is not None:
+            self._held = None
+            self.ctx.responses.resume_playout()  # judged by the client's commit instead
         if self.turns is not None:
             with self._input_lock:
                 self.turns.reset(self._position)
@@ -474,11 +481,15 @@ class InputFlow(Inputs):
     # ---- clear / cancel input ----------------------------------------------------------
 
     def on_clear(self, command: cmd.ClearInput) -> None:
+        held = self._held is not None
         self.drop_input()
+        if held:
+            self.ctx.responses.resume_playout()  # the held speech is gone, not a turn
         self.out.input_cleared()
 
     def drop_input(self) -> bool:
-        """Forget buffered and in-flight input; True if there was any."""
+        """Forget buffered and in-flight input; True if there was any. A playout held
+        for speech stays held: the caller cancels the response or resumes it."""
         session = self.session
         had = self.ctx.input_tail.cancel() or session.input.appended
         session.input_generation += 1
@@ -604,7 +615,9 @@ class InputFlow(Inputs):
                 position_samples=self._position,
                 completion_model=plugin.turn_completion_model(),
             )
-            self._held = None
+            if self._held is not None:
+                self._held = None
+                self.ctx.responses.resume_playout()
             if self.turns is None or not self.turns.speaking:
                 self.ctx.transcripts.abort()
         self.out.session_updated()

@@ -14,6 +14,12 @@ released. ``acknowledge`` re-anchors it to what the client says it played (one b
 its jitter buffer moves it back; a claim beyond what was released is clamped); ``cut``
 freezes it where the playout was stopped and drops what was never released.
 
+``hold`` pauses the playout without cutting it: nothing more is released, while the
+client plays out what it holds (at most the lead plus one unit), so the played position
+runs on up to what was released and stops there. ``resume`` releases again from there: a
+client that drained its buffer meanwhile hears the reply go on where it paused, after the
+gap, with nothing lost (the clock re-anchors so the gap does not count as played).
+
 Unpaced (``paced=False``, each response's ``begin`` says) every unit is released at once
 and the clock makes no estimate: what was played is what the client acknowledged, as
 before pacing existed.
@@ -53,6 +59,7 @@ class PlayoutClock:
         # Clock time at which the played position was (or is taken to have been) zero.
         self._anchor: float | None = None
         self._cut_at_ms: int | None = None
+        self.held = False  # paused by ``hold``: nothing is released until ``resume``
 
     def begin(self, response_id: str, *, paced: bool, lead_ms: int) -> None:
         """A new response: nothing released, nothing played (settings as of now)."""
@@ -63,6 +70,7 @@ class PlayoutClock:
         self.released_ms = 0
         self._anchor = None
         self._cut_at_ms = None
+        self.held = False
 
     @property
     def started(self) -> bool:
@@ -81,7 +89,7 @@ class PlayoutClock:
 
     def release(self) -> list[AudioUnit]:
         """The units due now, in order; the first one of a response is due at once."""
-        if not self._pending:
+        if not self._pending or self.held:
             return []
         now = self._clock()
         if self._anchor is None and self.paced:
@@ -98,7 +106,7 @@ class PlayoutClock:
 
     def next_due(self) -> float | None:
         """When ``release`` has something again (clock time), or ``None``."""
-        if not self.paced or not self._pending or self._anchor is None:
+        if not self.paced or not self._pending or self._anchor is None or self.held:
             return None
         return self._anchor + (self.released_ms - self.lead_ms) / 1000.0
 
@@ -143,6 +151,23 @@ class PlayoutClock:
         self.pending_chars = 0
         self._cut_at_ms = played
         return played
+
+    def hold(self) -> None:
+        """Pause: release nothing more until ``resume`` (what was released plays out)."""
+        self.held = True
+
+    def resume(self) -> None:
+        """Release again from where the playout paused. A client that has played all it
+        was sent waited in silence since: the played position starts again from the end
+        of what was released, not from where the wall clock would put it."""
+        if not self.held:
+            return
+        self.held = False
+        if not self.paced or self._anchor is None or self._cut_at_ms is not None:
+            return
+        now = self._clock()
+        if self._position_ms(now) > self.released_ms:
+            self._anchor = now - self.released_ms / 1000.0
 
     def _position_ms(self, now: float) -> float:
         assert self._anchor is not None

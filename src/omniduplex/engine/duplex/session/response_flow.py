@@ -448,6 +448,19 @@ class ResponseFlow(Responses):
             return True
         return self._cut_play_out()
 
+    def hold_playout(self) -> bool:
+        if self.session.response is None:
+            return False
+        self.playout.hold()
+        self.ctx.schedule_playout(None)
+        return True
+
+    def resume_playout(self) -> None:
+        if not self.playout.held:
+            return
+        self.playout.resume()
+        self._play()
+
     def _stop_playout(self, response: ActiveResponse) -> int | None:
         """Cut the playout of ``response``: what was not released never is. Paced and
         started, the played position becomes what was heard (returned) and the client is
