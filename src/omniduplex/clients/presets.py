@@ -17,6 +17,7 @@ __all__ = [
     "OUTPUT_RATE_HZ",
     "duplex_session",
     "loopback_session",
+    "minicpmo_4_5_session",
 ]
 
 #: The rate our presets stream microphone audio at.
@@ -70,3 +71,11 @@ def duplex_session(
 def loopback_session(**overrides: Any) -> dict[str, Any]:
     """The session our clients, tests and examples open on the ``loopback`` model."""
     return duplex_session(**overrides)
+
+
+def minicpmo_4_5_session(**overrides: Any) -> dict[str, Any]:
+    """The session our clients open on the ``minicpmo-4.5`` model: see
+    ``omniduplex.clients.minicpmo_4_5.create_duplex_session_config`` (its keywords)."""
+    from .minicpmo_4_5 import create_duplex_session_config  # imports this module
+
+    return create_duplex_session_config(**overrides)

@@ -252,6 +252,19 @@ class DuplexSessionManager:
                 "invalid_input_modality", "this model does not accept audio", event_id=event_id
             )
             return
+        if (
+            isinstance(command, cmd.AppendAudio)
+            and command.video_frames
+            and not self.capabilities.accepts_input_modality("video")
+        ):
+            # Refused whole rather than dropping the frames unseen: the client learns at
+            # once that this model cannot see them.
+            runner.out.error(
+                "invalid_input_modality",
+                "this model does not accept video_frames; send audio only",
+                event_id=event_id,
+            )
+            return
         # The runner reserves the command's admission (the only writer of its session);
         # the reservation is released on every path the command takes there.
         if runner.admit(command):

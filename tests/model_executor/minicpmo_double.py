@@ -1,0 +1,326 @@
+"""A test double of upstream's ``MiniCPMODuplex`` (MiniCPM-o 4.5 remote code).
+
+The real class needs the 19 GB checkpoint and CUDA; this double stands in for it on CPU
+and ENFORCES the contract the plugin relies on (models.md §1.2, upstream's
+``modeling_minicpmo.py``), raising ``UpstreamContractViolation`` on any breach:
+
+* method names and signatures exactly as upstream's (a wrong keyword is a TypeError);
+* constructor keywords limited to upstream's;
+* one conversation per instance: ``prepare`` once, before any prefill, never after stop;
+* ``streaming_prefill``: 16 kHz mono float32 ndarray, finite, 1035 ms (16560 samples)
+  for the first unit and 1000 ms (16000) for every later one; never while the break
+  event is set (upstream silently drops such a unit); never twice without a generate;
+* ``streaming_generate`` only after a successful ``streaming_prefill``; with the break
+  event set it answers listen + end of turn, as upstream does;
+* nothing after ``set_session_stop``; no call from a thread running an asyncio loop (the
+  model steps on the stage worker, never on the session loop).
+
+It answers from a script of units: ``"L"`` listen, ``"S:text"`` speak, ``"E:text"``
+speak and end the turn; past the script it listens. Speech is a real 24 kHz float32 tone
+(one second per unit). Every violation is also recorded on the factory, so a test can
+assert that none happened even where the stage caught the exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from omniduplex.model_executor.models.minicpmo_4_5.options import MiniCPMO45Options
+from omniduplex.model_executor.models.minicpmo_4_5.upstream import UpstreamDuplexFactory
+
+RATE_IN = 16_000
+RATE_OUT = 24_000
+FIRST_UNIT = 16_560  # 1035 ms
+UNIT = 16_000  # 1000 ms
+
+# Upstream's MiniCPMODuplex constructor keywords (``__init__`` and its ``kwargs.get``s).
+UPSTREAM_CONSTRUCTOR_KEYWORDS = frozenset(
+    {
+        "generate_audio",
+        "ls_mode",
+        "device",
+        "attn_implementation",
+        "vision_batch_size",
+        "audio_pool_step",
+        "audio_chunk_length",
+        "max_slice_nums",
+        "enable_float16",
+        "n_timesteps",
+        "max_new_speak_tokens_per_chunk",
+        "text_repetition_penalty",
+        "temperature",
+        "top_k",
+        "top_p",
+        "text_repetition_window_size",
+        "listen_prob_scale",
+        "force_listen_count",
+        "tts_temperature",
+        "tts_repetition_penalty",
+        "chunk_ms",
+        "first_chunk_ms",
+        "cnn_redundancy_ms",
+        "sample_rate",
+        "sliding_window_mode",
+        "basic_window_high_tokens",
+        "basic_window_low_tokens",
+        "context_previous_max_tokens",
+        "context_max_units",
+    }
+)
+
+
+class UpstreamContractViolation(AssertionError):
+    """The plugin called the upstream surface in a way upstream does not support."""
+
+
+def speech_tone(seconds: float = 1.0, freq: float = 220.0) -> np.ndarray:
+    t = np.arange(int(RATE_OUT * seconds)) / RATE_OUT
+    return (0.3 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+
+
+@dataclass(slots=True)
+class CallRecord:
+    method: str
+    thread: int
+    unit: int  # prefills so far when the call was made
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class MiniCPMODuplexDouble:
+    """Stands in for one upstream ``MiniCPMODuplex`` (one conversation)."""
+
+    def __init__(self, script: Sequence[str], violations: list[str], **kwargs: Any) -> None:
+        self._violations = violations
+        unknown = sorted(set(kwargs) - UPSTREAM_CONSTRUCTOR_KEYWORDS)
+        if unknown:
+            self._violate(f"unknown MiniCPMODuplex keyword(s) {unknown}")
+        self.settings = dict(kwargs)
+        self.force_listen_count = int(kwargs.get("force_listen_count", 0))
+        self.script = list(script)
+        self.calls: list[CallRecord] = []
+        self.break_event = threading.Event()
+        self.session_stop_event = threading.Event()
+        self.prepared: dict[str, Any] | None = None
+        self.prefills = 0
+        self.generates = 0
+        self.prefill_audio: list[np.ndarray] = []
+        self.generate_kwargs: list[dict[str, Any]] = []
+        self.break_set_at: list[int] = []  # prefills done when each break was set
+        self._awaiting_generate = False
+        self._script_index = 0
+
+    # ---- contract ------------------------------------------------------------------
+
+    def _violate(self, message: str) -> None:
+        self._violations.append(message)
+        raise UpstreamContractViolation(message)
+
+    def _record(self, method: str, **detail: Any) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            self._violate(f"{method} called on a thread running an asyncio loop")
+        self.calls.append(CallRecord(method, threading.get_ident(), self.prefills, detail))
+
+    def _require_live(self, method: str) -> None:
+        if self.session_stop_event.is_set():
+            self._violate(f"{method} after set_session_stop: the conversation is over")
+
+    # ---- upstream surface (signatures as upstream's) --------------------------------
+
+    def set_break_event(self) -> None:
+        self._record("set_break_event")
+        self.break_set_at.append(self.prefills)
+        self.break_event.set()
+
+    def clear_break_event(self) -> None:
+        self._record("clear_break_event")
+        self.break_event.clear()
+
+    def set_session_stop(self) -> None:
+        self._record("set_session_stop")
+        self.session_stop_event.set()
+        self.break_event.set()
+
+    def clear_session_stop(self) -> None:
+        self._record("clear_session_stop")
+        self.session_stop_event.clear()
+
+    def is_break_set(self) -> bool:
+        return self.break_event.is_set()
+
+    def is_session_stop_set(self) -> bool:
+        return self.session_stop_event.is_set()
+
+    def prepare(
+        self,
+        prefix_system_prompt: str | None = None,
+        suffix_system_prompt: str | None = None,
+        ref_audio: np.ndarray | None = None,
+        prompt_wav_path: str | None = None,
+        context_previous_marker: str = "\n\nprevious: ",
+    ) -> str:
+        self._record("prepare")
+        self._require_live("prepare")
+        if self.prepared is not None:
+            self._violate("prepare called twice: one MiniCPMODuplex holds one conversation")
+        if ref_audio is not None:
+            if not isinstance(ref_audio, np.ndarray) or ref_audio.dtype != np.float32:
+                self._violate("prepare ref_audio must be a float32 ndarray at 16 kHz")
+            if ref_audio.ndim != 1 or ref_audio.size == 0:
+                self._violate("prepare ref_audio must be mono and not empty")
+        if (
+            self.settings.get("generate_audio", True)
+            and ref_audio is not None
+            and not prompt_wav_path
+        ):
+            self._violate("prepare with ref_audio but no prompt_wav_path: token2wav has no voice")
+        self.prepared = {
+            "prefix": prefix_system_prompt,
+            "suffix": suffix_system_prompt,
+            "ref_audio_samples": None if ref_audio is None else int(ref_audio.size),
+            "prompt_wav_path": prompt_wav_path,
+        }
+        self.break_event.clear()
+        self.session_stop_event.clear()
+        return (prefix_system_prompt or "") + (suffix_system_prompt or "")
+
+    def streaming_prefill(
+        self,
+        audio_waveform: np.ndarray | None = None,
+        frame_list: list | None = None,
+        text_list: list | None = None,
+        max_slice_nums: int | list[int] = 1,
+        batch_vision_feed: bool = False,
+    ) -> dict[str, Any]:
+        self._record("streaming_prefill")
+        self._require_live("streaming_prefill")
+        if self.prepared is None:
+            self._violate("streaming_prefill before prepare")
+        if self.break_event.is_set():
+            self._violate("streaming_prefill while the break event is set: upstream drops the unit")
+        if self._awaiting_generate:
+            self._violate("streaming_prefill twice without streaming_generate: a unit is lost")
+        if frame_list is not None or text_list is not None:
+            self._violate("this plugin declares no vision or text input, yet passed some")
+        audio = audio_waveform
+        if not isinstance(audio, np.ndarray) or audio.dtype != np.float32 or audio.ndim != 1:
+            self._violate("streaming_prefill audio must be a 1-D float32 ndarray (16 kHz mono)")
+        expected = FIRST_UNIT if self.prefills == 0 else UNIT
+        if audio.size != expected:
+            self._violate(
+                f"unit {self.prefills} has {audio.size} samples; upstream needs {expected} "
+                "(1035 ms first, then 1000 ms)"
+            )
+        if not np.isfinite(audio).all():
+            self._violate("streaming_prefill audio holds NaN or infinite samples")
+        self.prefill_audio.append(audio.copy())
+        self.prefills += 1
+        self._awaiting_generate = True
+        return {"success": True, "reason": "", "cost_all": 0.0}
+
+    def streaming_generate(
+        self,
+        prompt_wav_path: str | None = None,
+        max_new_speak_tokens_per_chunk: int = 20,
+        decode_mode: str = "sampling",
+        temperature: float = 0.7,
+        top_k: int = 20,
+        top_p: float = 0.8,
+        listen_prob_scale: float = 1.0,
+        listen_top_k: int | None = None,
+        text_repetition_penalty: float = 1.05,
+        text_repetition_window_size: int = 512,
+    ) -> dict[str, Any]:
+        self._record("streaming_generate")
+        self._require_live("streaming_generate")
+        if not self._awaiting_generate:
+            self._violate("streaming_generate without a streaming_prefill before it")
+        if decode_mode not in ("sampling", "greedy"):
+            self._violate(f"unknown decode_mode {decode_mode!r}")
+        if not (temperature > 0 and top_k >= 1 and 0 < top_p <= 1 and listen_prob_scale >= 0):
+            self._violate("streaming_generate sampling out of range")
+        self._awaiting_generate = False
+        self.generate_kwargs.append(
+            {
+                "temperature": temperature,
+                "top_k": top_k,
+                "top_p": top_p,
+                "listen_prob_scale": listen_prob_scale,
+                "max_new_speak_tokens_per_chunk": max_new_speak_tokens_per_chunk,
+            }
+        )
+        unit = self.generates
+        self.generates += 1
+        if self.break_event.is_set():
+            # Upstream: a broken unit is silence that closes the turn.
+            return self._result(True, "", end_of_turn=True, unit=unit)
+        if unit < self.force_listen_count:
+            return self._result(True, "", end_of_turn=False, unit=unit)
+        step = self.script[self._script_index] if self._script_index < len(self.script) else "L"
+        self._script_index += 1
+        if step == "L":
+            return self._result(True, "", end_of_turn=False, unit=unit)
+        kind, _, text = step.partition(":")
+        return self._result(False, text, end_of_turn=kind == "E", unit=unit)
+
+    def _result(
+        self, is_listen: bool, text: str, *, end_of_turn: bool, unit: int
+    ) -> dict[str, Any]:
+        audio = np.zeros(RATE_OUT, dtype=np.float32) if is_listen else speech_tone()
+        return {
+            "is_listen": is_listen,
+            "text": text,
+            "audio_waveform": audio,
+            "end_of_turn": end_of_turn,
+            "current_time": unit,
+            "cost_llm": 0.0,
+            "cost_tts_prep": 0.0,
+            "cost_tts": 0.0,
+            "cost_token2wav": 0.0,
+            "cost_all": 0.0,
+            "n_tokens": len(text),
+            "n_tts_tokens": 0 if is_listen else 25,
+        }
+
+    # ---- inspection (upstream has these too) -----------------------------------------
+
+    def get_current_time(self) -> int:
+        return self.prefills
+
+
+class DoubleDuplexFactory(UpstreamDuplexFactory):
+    """``upstream_factory`` for tests: a fresh double per conversation, all kept."""
+
+    def __init__(self, options: MiniCPMO45Options, script: Sequence[str] = ()) -> None:
+        self.options = options
+        self.script = list(script)
+        self.violations: list[str] = []
+        self.opened: list[tuple[int, MiniCPMODuplexDouble]] = []
+        self.released: list[MiniCPMODuplexDouble] = []
+        self.closed = False
+
+    def open(self, slot: int, settings: Mapping[str, Any]) -> MiniCPMODuplexDouble:
+        for live_slot, duplex in self.opened:
+            if live_slot == slot and duplex not in self.released:
+                self.violations.append(f"slot {slot} opened twice while its conversation lives")
+                raise UpstreamContractViolation(self.violations[-1])
+        duplex = MiniCPMODuplexDouble(self.script, self.violations, **settings)
+        self.opened.append((slot, duplex))
+        return duplex
+
+    def release(self, slot: int, duplex: Any) -> None:
+        if not duplex.is_session_stop_set():
+            self.violations.append("a conversation released without set_session_stop")
+        self.released.append(duplex)
+
+    def close(self) -> None:
+        self.closed = True
