@@ -1,0 +1,312 @@
+"""MiniCPM-o 4.5 without a server: the test double's contract, the plugin's mapping and
+validation, the options, and the real factory's refusal to start where it cannot run."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from minicpmo_double import (
+    DoubleDuplexFactory,
+    MiniCPMODuplexDouble,
+    UpstreamContractViolation,
+)
+from minicpmo_server import data_url, voice_wav
+
+from omniduplex.clients.minicpmo_4_5 import create_duplex_session_config
+from omniduplex.clients.presets import minicpmo_4_5_session
+from omniduplex.config.pipeline import load_deploy_config
+from omniduplex.engine.duplex.contracts import DuplexFence
+from omniduplex.engine.duplex.plugin import (
+    DuplexRuntimeConfigError,
+    ModelAudio,
+    ModelError,
+    ModelListen,
+    ModelSpeak,
+    ModelText,
+    load_duplex_plugin,
+)
+from omniduplex.model_executor.models.minicpmo_4_5.options import MiniCPMO45Options
+from omniduplex.model_executor.models.minicpmo_4_5.plugin import MiniCPMO45DuplexPlugin
+from omniduplex.model_executor.models.minicpmo_4_5.upstream import (
+    MiniCPMOUnavailableError,
+    TransformersDuplexFactory,
+    missing_prerequisites,
+)
+
+FIRST = np.zeros(16_560, np.float32)
+UNIT = np.zeros(16_000, np.float32)
+
+
+def prepared(script=("L",), **settings) -> MiniCPMODuplexDouble:
+    double = MiniCPMODuplexDouble(list(script), [], **settings)
+    double.prepare(prefix_system_prompt="<|im_start|>system\nhi", suffix_system_prompt="<|im_end|>")
+    return double
+
+
+# ---- the double enforces upstream's contract ---------------------------------------
+
+
+def test_the_double_has_upstreams_signatures() -> None:
+    generate = inspect.signature(MiniCPMODuplexDouble.streaming_generate).parameters
+    assert list(generate)[1:] == [
+        "prompt_wav_path",
+        "max_new_speak_tokens_per_chunk",
+        "decode_mode",
+        "temperature",
+        "top_k",
+        "top_p",
+        "listen_prob_scale",
+        "listen_top_k",
+        "text_repetition_penalty",
+        "text_repetition_window_size",
+    ]
+    prefill = inspect.signature(MiniCPMODuplexDouble.streaming_prefill).parameters
+    assert list(prefill)[1:] == [
+        "audio_waveform",
+        "frame_list",
+        "text_list",
+        "max_slice_nums",
+        "batch_vision_feed",
+    ]
+    prepare = inspect.signature(MiniCPMODuplexDouble.prepare).parameters
+    assert list(prepare)[1:] == [
+        "prefix_system_prompt",
+        "suffix_system_prompt",
+        "ref_audio",
+        "prompt_wav_path",
+        "context_previous_marker",
+    ]
+    with pytest.raises(TypeError):
+        prepared().streaming_generate(temp=0.5)  # not upstream's keyword
+
+
+@pytest.mark.parametrize(
+    ("act", "message"),
+    [
+        (lambda d: d.streaming_prefill(audio_waveform=UNIT), "unit 0 has 16000 samples"),
+        (lambda d: d.streaming_prefill(audio_waveform=FIRST.astype(np.float64)), "float32"),
+        (lambda d: d.streaming_prefill(audio_waveform=np.zeros((2, 8280), np.float32)), "1-D"),
+        (lambda d: d.streaming_generate(), "without a streaming_prefill"),
+        (
+            lambda d: d.prepare(prefix_system_prompt="again"),
+            "prepare called twice",
+        ),
+        (
+            lambda d: d.streaming_prefill(audio_waveform=FIRST, frame_list=["jpeg"]),
+            "no vision",
+        ),
+    ],
+)
+def test_the_double_refuses_calls_upstream_does_not_support(act, message) -> None:
+    double = prepared()
+    with pytest.raises(UpstreamContractViolation, match=message):
+        act(double)
+    assert double._violations  # recorded as well as raised
+
+
+def test_the_double_wants_1035_ms_first_then_1000_ms_and_a_generate_per_prefill() -> None:
+    double = prepared()
+    assert double.streaming_prefill(audio_waveform=FIRST)["success"]
+    with pytest.raises(UpstreamContractViolation, match="twice without streaming_generate"):
+        double.streaming_prefill(audio_waveform=UNIT)
+    double = prepared()
+    double.streaming_prefill(audio_waveform=FIRST)
+    double.streaming_generate()
+    with pytest.raises(UpstreamContractViolation, match="unit 1 has 16560 samples"):
+        double.streaming_prefill(audio_waveform=FIRST)
+    double.streaming_prefill(audio_waveform=UNIT)  # the refused one changed nothing
+    double.streaming_generate()
+
+
+def test_break_event_semantics() -> None:
+    double = prepared(["S:one", "S:two"])
+    double.streaming_prefill(audio_waveform=FIRST)
+    double.set_break_event()
+    broken = double.streaming_generate()  # a prefilled unit generates nothing once broken
+    assert broken["is_listen"] and broken["end_of_turn"] and broken["text"] == ""
+    with pytest.raises(UpstreamContractViolation, match="while the break event is set"):
+        double.streaming_prefill(audio_waveform=UNIT)
+    double.clear_break_event()
+    double.streaming_prefill(audio_waveform=UNIT)
+    spoken = double.streaming_generate()
+    assert not spoken["is_listen"] and spoken["text"] == "one"
+    assert spoken["audio_waveform"].dtype == np.float32 and spoken["audio_waveform"].size == 24_000
+    assert double.break_set_at == [1]
+
+
+def test_nothing_after_session_stop_and_nothing_on_an_event_loop() -> None:
+    double = prepared()
+    double.set_session_stop()
+    with pytest.raises(UpstreamContractViolation, match="after set_session_stop"):
+        double.streaming_prefill(audio_waveform=FIRST)
+    on_loop = prepared()
+
+    async def step_on_the_loop() -> None:
+        on_loop.streaming_prefill(audio_waveform=FIRST)
+
+    with pytest.raises(UpstreamContractViolation, match="asyncio loop"):
+        asyncio.run(step_on_the_loop())
+
+
+def test_the_double_refuses_keywords_upstream_does_not_take() -> None:
+    with pytest.raises(UpstreamContractViolation, match="unknown MiniCPMODuplex keyword"):
+        MiniCPMODuplexDouble([], [], chunk_seconds=1)
+    factory = DoubleDuplexFactory(MiniCPMO45Options(), script=["L"])
+    options = MiniCPMO45Options()
+    factory.open(0, options.upstream_kwargs())  # everything the stage passes is upstream's
+    with pytest.raises(UpstreamContractViolation, match="opened twice"):
+        factory.open(0, options.upstream_kwargs())
+
+
+# ---- the plugin ---------------------------------------------------------------------
+
+
+def plugin(**options) -> MiniCPMO45DuplexPlugin:
+    return MiniCPMO45DuplexPlugin(options)
+
+
+def test_the_data_plane_maps_units_onto_speak_audio_and_listen() -> None:
+    project = plugin().data_plane.project
+    audio = np.ones(24_000, np.float32)
+    opening = project(
+        {"kind": "unit", "opens": True, "closes": False, "audio": audio, "text": "Hi"}
+    )
+    assert [type(r) for r in opening] == [ModelSpeak, ModelAudio]
+    assert opening[1].text == "Hi" and opening[1].samples.size == 24_000
+    ending = project({"kind": "unit", "opens": False, "closes": True, "audio": audio, "text": "."})
+    assert [type(r) for r in ending] == [ModelAudio, ModelListen]
+    closing_listen = project(
+        {"kind": "unit", "opens": False, "closes": True, "audio": None, "text": ""}
+    )
+    assert [type(r) for r in closing_listen] == [ModelListen]
+    text_only = project(
+        {"kind": "unit", "opens": True, "closes": False, "audio": None, "text": "a"}
+    )
+    assert [type(r) for r in text_only] == [ModelSpeak, ModelText]
+    assert project({"kind": "superseded"}) == []
+    assert isinstance(project({"kind": "bogus"})[0], ModelError)
+
+
+def test_each_epoch_opens_its_stage_request_with_the_session_config() -> None:
+    p = plugin()
+    state = p.create_session_state(
+        {"instructions": "Be kind.", "temperature": 0.4, "extra_body": {"top_k": 3}}
+    )
+    first = p.plan_input_unit(state, UNIT, fence=DuplexFence("s", 0))
+    assert first["config"]["instructions"] == "Be kind."
+    assert first["config"]["temperature"] == 0.4 and first["config"]["top_k"] == 3
+    assert first["audio"].size == 16_000
+    assert "config" not in p.plan_input_unit(state, UNIT, fence=DuplexFence("s", 0))
+    assert "config" in p.plan_input_unit(state, UNIT, fence=DuplexFence("s", 1))
+    with pytest.raises(ValueError, match="16000-sample units"):
+        p.plan_input_unit(state, np.zeros(1600, np.float32), fence=DuplexFence("s", 1))
+
+
+def test_capabilities_are_model_native_with_barge_in_and_1s_units() -> None:
+    caps = plugin(slots=2).capabilities(max_sessions=2).as_dict()
+    assert caps["implementation_level"] == "model_native_duplex"
+    assert caps["chunk_period_ms"] == 1000
+    assert caps["supports_barge_in"] is True
+    assert caps["supports_image_input"] is False
+    assert caps["optional_input_modalities"] == []
+    assert caps["input_sample_rate_hz"] == 16_000 and caps["output_sample_rate_hz"] == 24_000
+
+
+@pytest.mark.parametrize(
+    ("config", "param", "code"),
+    [
+        ({"temperature": 0}, "temperature", "invalid_duplex_runtime_config"),
+        ({"extra_body": {"top_k": 0}}, "top_k", "invalid_duplex_runtime_config"),
+        ({"extra_body": {"top_k": True}}, "top_k", "invalid_duplex_runtime_config"),
+        ({"extra_body": {"top_p": 0}}, "top_p", "invalid_duplex_runtime_config"),
+        (
+            {"extra_body": {"listen_prob_scale": -1}},
+            "listen_prob_scale",
+            "invalid_duplex_runtime_config",
+        ),
+        (
+            {"extra_body": {"force_listen_count": 1.5}},
+            "force_listen_count",
+            "invalid_duplex_runtime_config",
+        ),
+        ({"modalities": ["video"]}, "modalities", "invalid_duplex_runtime_config"),
+        ({"voice": "nobody"}, "voice", "invalid_duplex_runtime_config"),
+        ({"ref_audio": "https://example.com/v.wav"}, "ref_audio", "unsupported_ref_audio_path"),
+        ({"ref_audio": "data:audio/wav;base64,AAAA"}, "ref_audio", "invalid_duplex_runtime_config"),
+    ],
+)
+def test_bad_session_settings_are_refused_with_typed_errors(config, param, code) -> None:
+    with pytest.raises(DuplexRuntimeConfigError) as refused:
+        plugin().validate_session_config(config)
+    assert refused.value.param == param
+    assert refused.value.code == code
+
+
+def test_a_ref_audio_data_url_is_accepted() -> None:
+    plugin().validate_session_config({"ref_audio": data_url(voice_wav(0.5))})
+
+
+def test_the_deployment_loads_its_plugin_and_the_preset_matches_it() -> None:
+    pipeline = load_deploy_config("minicpmo-4.5")
+    loaded = load_duplex_plugin(pipeline.duplex_plugin, pipeline.stages[0].model.kwargs)
+    assert loaded.plugin_id == "minicpmo_4_5"
+    assert pipeline.duplex_session["max_sessions"] == 4 == loaded.minicpmo_options.slots
+    assert loaded.minicpmo_options.sampling.temperature == 0.7
+    session = create_duplex_session_config(voice="house", instructions="x")
+    assert session["audio"]["input"]["format"] == {"type": "pcm_f32le", "rate": 16_000}
+    assert session["audio"]["output"]["format"]["rate"] == 24_000
+    assert session["audio"]["input"]["turn_detection"] is None
+    assert session["extra_body"] == {"auto_response": False, "force_listen_count": 0}
+    assert minicpmo_4_5_session(voice="house", instructions="x") == session
+
+
+def test_options_refuse_unknown_keys() -> None:
+    with pytest.raises(ValueError, match="unknown minicpmo option"):
+        MiniCPMO45Options.from_mapping({"slotz": 2})
+    with pytest.raises(ValueError, match="unknown minicpmo sampling option"):
+        MiniCPMO45Options.from_mapping({"sampling": {"temprature": 1}})
+
+
+# ---- the real factory refuses to start where it cannot run ------------------------
+
+
+def test_the_real_factory_names_everything_that_is_missing(tmp_path: Path) -> None:
+    options = MiniCPMO45Options(model_dir=None)
+    missing = missing_prerequisites(options)
+    assert any("model_dir is not set" in m for m in missing)
+    assert any("no voice" in m for m in missing)
+    with pytest.raises(MiniCPMOUnavailableError, match=r"minicpmo-4\.5 cannot start: model_dir"):
+        TransformersDuplexFactory(options)
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "v.wav").write_bytes(voice_wav())
+    ready = MiniCPMO45Options(model_dir=str(tmp_path), voice_dir=str(tmp_path), default_voice="v")
+    # What is left is this machine's: no CUDA (or no torch) and no transformers.
+    assert not any("model_dir" in m or "voice" in m for m in missing_prerequisites(ready))
+    gone = MiniCPMO45Options(model_dir=str(tmp_path / "nowhere"))
+    assert any("does not exist" in m for m in missing_prerequisites(gone))
+
+
+def test_serving_it_without_cuda_or_a_checkpoint_exits_at_once_naming_what_is_missing() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "omniduplex.entrypoints.cli",
+            "serve",
+            "minicpmo-4.5",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,  # a hang guard: it fails before loading anything
+    )
+    assert done.returncode != 0
+    assert "minicpmo-4.5 cannot start" in done.stderr
+    assert "model_dir is not set" in done.stderr
