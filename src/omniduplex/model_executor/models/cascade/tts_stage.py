@@ -44,13 +44,14 @@ _WORD = re.compile(r"\S+")
 FIRST_PHRASE_WORDS = 4
 # Words that open a clause: a reply's first words may be voiced before one of them
 # ("The sky is blue | because ..."), a pause a speaker would make there too; and after
-# a few more words, before a preposition ("The moon is about 180 miles away | from").
+# three words, before a preposition ("The moon is | about 180 miles away"): a shorter
+# first phrase is written and synthesised sooner, and the rest is ready before it ends.
 PHRASE_OPENER = re.compile(
     r"[\"'(]*(and|but|or|so|because|since|although|though|while|when|where|which|who|whose"
     r"|if|unless|until|with)",
     re.IGNORECASE,
 )
-FIRST_PHRASE_LONG_WORDS = 6
+FIRST_PHRASE_PREPOSITION_WORDS = 3
 PREPOSITION = re.compile(
     r"[\"'(]*(by|from|in|on|at|for|to|into|about|after|before|during|without)", re.IGNORECASE
 )
@@ -63,7 +64,7 @@ MIN_RATE_WPM, MAX_RATE_WPM = 80, 450
 def first_phrase_end(text: str) -> int:
     """Where a reply's first phrase ends in ``text`` (0: not yet): after a comma, or before
     a whole ``PHRASE_OPENER`` word, with at least ``FIRST_PHRASE_WORDS`` words before; or
-    before a ``PREPOSITION`` with ``FIRST_PHRASE_LONG_WORDS`` before."""
+    before a ``PREPOSITION`` with ``FIRST_PHRASE_PREPOSITION_WORDS`` before."""
     words = list(_WORD.finditer(text))
     for index, word in enumerate(words):
         complete = word.end() < len(text)  # a space follows: the word is written out
@@ -72,7 +73,7 @@ def first_phrase_end(text: str) -> int:
         opener = PHRASE_OPENER.fullmatch(word.group()) is not None
         if index >= FIRST_PHRASE_WORDS and opener:
             return word.start()
-        if index >= FIRST_PHRASE_LONG_WORDS and PREPOSITION.fullmatch(word.group()):
+        if index >= FIRST_PHRASE_PREPOSITION_WORDS and PREPOSITION.fullmatch(word.group()):
             return word.start()
         if index + 1 >= FIRST_PHRASE_WORDS and word.group().endswith(","):
             return word.end()
