@@ -92,6 +92,9 @@ def server(tmp_path):
 async def test_a_session_listens_then_speaks_with_well_formed_lifecycles(server) -> None:
     events = await listen_then_speak(server)
     (response,) = check_lifecycles(events)
+    # While the model listened nothing of a response reached the wire.
+    first = next(i for i, e in enumerate(events) if e["type"].startswith("response."))
+    assert events[first]["type"] == "response.created"
     kinds = [e["type"] for e in response]
     assert kinds[-1] == "response.done" and "response.listen" in kinds
     assert response[-1]["response"]["status"] == "completed"
