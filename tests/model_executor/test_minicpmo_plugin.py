@@ -21,7 +21,7 @@ from minicpmo_server import data_url, voice_wav
 from omniduplex.clients.minicpmo_4_5 import create_duplex_session_config
 from omniduplex.clients.presets import minicpmo_4_5_session
 from omniduplex.config.pipeline import load_deploy_config
-from omniduplex.engine.duplex.contracts import DuplexFence
+from omniduplex.engine.duplex.contracts import DuplexFence, stage_request_id
 from omniduplex.engine.duplex.plugin import (
     DuplexRuntimeConfigError,
     ModelAudio,
@@ -31,6 +31,8 @@ from omniduplex.engine.duplex.plugin import (
     ModelText,
     load_duplex_plugin,
 )
+from omniduplex.engine.stage import StageInput
+from omniduplex.model_executor.models.minicpmo_4_5 import stage as stage_module
 from omniduplex.model_executor.models.minicpmo_4_5.options import MiniCPMO45Options
 from omniduplex.model_executor.models.minicpmo_4_5.plugin import MiniCPMO45DuplexPlugin
 from omniduplex.model_executor.models.minicpmo_4_5.upstream import (
@@ -310,3 +312,26 @@ def test_serving_it_without_cuda_or_a_checkpoint_exits_at_once_naming_what_is_mi
     assert done.returncode != 0
     assert "minicpmo-4.5 cannot start" in done.stderr
     assert "model_dir is not set" in done.stderr
+
+
+# ---- the stage on its own -------------------------------------------------------------
+
+
+def test_a_failed_conversation_does_not_come_back_with_default_settings(monkeypatch) -> None:
+    model = stage_module.MiniCPMO45StageModel(
+        upstream_factory="minicpmo_double:DoubleDuplexFactory",
+        upstream_factory_kwargs={"script": ["L"]},
+        device="cpu",
+    )
+    model.stage_index = 0
+    request_id = stage_request_id(DuplexFence("s", 0), "stage0")
+    monkeypatch.setattr(stage_module, "FIRST_UNIT_PAD_SAMPLES", 0)
+    model.add_request(request_id, StageInput({"audio": UNIT, "config": {"instructions": "x"}}))
+    (failed,) = model.step(model.ready_request_ids())
+    assert failed.error is not None and "unit 0 has 16000 samples" in failed.error
+    assert model.live_request_ids == ()
+    (double,) = model.factory.released  # stopped and handed back
+    assert double.is_session_stop_set()
+    # The session's next unit (no config: same epoch) re-opens the id: refused, loudly.
+    with pytest.raises(ValueError, match="failed earlier in this epoch"):
+        model.add_request(request_id, StageInput({"audio": UNIT}))

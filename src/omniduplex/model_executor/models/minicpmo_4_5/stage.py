@@ -123,6 +123,13 @@ class MiniCPMO45StageModel(StageModel):
             self._apply_sampling(held, config)
             self._by_request[request_id] = held
         else:
+            if "config" not in inputs.data:
+                # Every epoch's first unit carries the session's config: a request without
+                # it is the same epoch coming back after its conversation failed here.
+                raise ValueError(
+                    "minicpmo: this session's conversation failed earlier in this epoch and "
+                    "cannot go on; cancel the response or open a new session"
+                )
             free = next((i for i, c in enumerate(self._slots) if c is None), None)
             if free is None:
                 raise RuntimeError(
