@@ -68,6 +68,9 @@ ERROR_CLASS_BY_CODE: Final = MappingProxyType(
         "ref_audio_update_unsupported": _CLIENT,
         "ref_audio_required": _CLIENT,
         "unsupported_ref_audio_path": _CLIENT,
+        # a voice the model has no prompt for, or one it cannot read (personaplex)
+        "invalid_voice": _CLIENT,
+        "unsupported_voice": _CLIENT,
         # responses and input turns
         "unsupported_response_option": _CLIENT,
         "unsupported_native_response_options": _CLIENT,
