@@ -3,12 +3,13 @@
 ::
 
     omniduplex bench --url ws://HOST:PORT/v1/realtime [--sessions N] [--ramp]
-        [--duration S] [--chunk-ms 20|40|100] [--scenario talk|barge-in|resume|mixed]
+        [--duration S] [--chunk-ms MS] [--scenario talk|barge-in|resume|mixed|stream]
         [--input WAV_DIR] [--dialect ga|beta] [--out results.json] [--plot results.png]
         [--floor-echo] [--server-pid PID]
 
-N concurrent sessions each stream audio at real-time pace in ``--chunk-ms`` appends and
-run turns until ``--duration`` is over. A server whose ``session.created`` carries a
+N concurrent sessions each stream audio at real-time pace in ``--chunk-ms`` appends (any
+size that is a whole number of samples at the input rate: 80 is one PersonaPlex/Moshi
+frame) and run turns until ``--duration`` is over. A server whose ``session.created`` carries a
 ``resume_token`` is one of ours and is driven with ``DuplexClient`` (``barge_in``,
 ``playback.ack``, resume); any other server gets plain Realtime events, so the bench can
 measure servers that are not ours. Scenarios, per turn:
@@ -18,7 +19,13 @@ measure servers that are not ours. Scenarios, per turn:
 * ``barge-in``: interrupt the reply at a random point with ``barge_in`` or
   ``response.cancel`` (``--cancel-method``), ack the played part with truncation;
 * ``resume``: cut the socket mid-reply (``drop_connection``) and let the client resume;
-* ``mixed``: each turn picks talk (50%), barge-in (30%) or resume (20%).
+* ``mixed``: each turn picks talk (50%), barge-in (30%) or resume (20%);
+* ``stream``: no turns: 24 kHz audio in at real-time pace and nothing else (a
+  model-native server refuses commits), over plain Realtime events; measures output
+  audio rate, frame latency (output frame *i* answers input frame *i*, anchored at the
+  first output) and its growth, and sessions held in real time (``timeline`` defines
+  each). Results: ``aggregate.stream`` and ``per_session[].stream``; under ``--ramp`` a
+  level holds when every session is held in real time.
 
 Every time is the client's ``perf_counter`` and every duration is in ms. Results JSON
 (``--out``), schema ``omniduplex.bench/1``:

@@ -57,8 +57,9 @@ async def probe_server(
     url: str, *, dialect: str = "ga", api_key: str | None = None, timeout_s: float = 10.0
 ) -> dict[str, Any]:
     """Open one session and read ``session.created``: ``{"kind": "duplex"|"realtime",
-    "session": {...}}``. A server that does not speak first (ours without ``?model=``)
-    is sent an empty ``session.update``. Our session is closed again."""
+    "speaks_first": bool, "model": ..., "session_keys": [...]}``. A server that does not
+    speak first (ours without ``?model=``) is sent an empty ``session.update``. Our session
+    is closed again."""
     async with ws_connect(
         plain_url(url, dialect),
         additional_headers=_headers(api_key, dialect),
@@ -66,9 +67,11 @@ async def probe_server(
         open_timeout=timeout_s,
         compression=None,
     ) as ws:
+        speaks_first = True
         try:
             frame = await asyncio.wait_for(ws.recv(), 1.0)
         except TimeoutError:
+            speaks_first = False
             await ws.send('{"type":"session.update","session":{}}')
             frame = await asyncio.wait_for(ws.recv(), timeout_s)
         event = orjson.loads(frame)
@@ -86,6 +89,7 @@ async def probe_server(
         session = event.get("session") or {}
         return {
             "kind": "duplex" if duplex else "realtime",
+            "speaks_first": speaks_first,
             "model": session.get("model"),
             "session_keys": sorted(session) if isinstance(session, dict) else [],
         }
@@ -107,12 +111,15 @@ class Driver(ABC):
         dialect: str = "ga",
         api_key: str | None = None,
         server_vad: bool = False,
+        input_rate_hz: int | None = None,
     ) -> None:
         self.rec = recorder
         self.url = url
         self.dialect = dialect
         self.api_key = api_key
         self.server_vad = server_vad
+        if input_rate_hz is not None:
+            self.input_rate_hz = input_rate_hz
 
     @abstractmethod
     async def open(self) -> None: ...
@@ -264,8 +271,12 @@ class RealtimeDriver(Driver):
     kind = "realtime"
     input_rate_hz = 24_000
 
-    def __init__(self, recorder: SessionRecorder, url: str, **connection: Any) -> None:
+    def __init__(
+        self, recorder: SessionRecorder, url: str, *, speaks_first: bool = True, **connection: Any
+    ) -> None:
         super().__init__(recorder, url, **connection)
+        #: Whether the server sends ``session.created`` before the client's first event.
+        self.speaks_first = speaks_first
         self.ws: ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
         self._responses: dict[str, _PlainResponse] = {}
@@ -306,12 +317,16 @@ class RealtimeDriver(Driver):
         )
         self.ws = ws
         try:
+            if not self.speaks_first:
+                # Ours without ``?model=``: the session opens on the client's first update.
+                await self._send(self._session_update())
             first = orjson.loads(await asyncio.wait_for(ws.recv(), 30.0))
             if first.get("type") == "error":
                 raise DuplexProtocolError.from_event(first)
             session = first.get("session") or {}
             self.rec.session_id = session.get("id") if isinstance(session, dict) else None
-            await self._send(self._session_update())
+            if self.speaks_first:
+                await self._send(self._session_update())
         except BaseException:
             await ws.close()
             raise

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .stats import summarize
+from .timeline import StreamTimeline
 
 __all__ = ["AUDIO_TYPES", "SessionRecorder"]
 
@@ -85,6 +86,8 @@ class SessionRecorder:
     audio_ms_missing: float = 0.0
     input_ms_sent: float = 0.0
     session_id: str | None = None
+    #: The ``stream`` scenario's input/output timeline (None in the turn scenarios).
+    stream: StreamTimeline | None = None
     _responses: dict[str, _Response] = field(default_factory=dict)
     _pending_commit: float | None = None
     _last_seq: int | None = None
@@ -154,12 +157,14 @@ class SessionRecorder:
 
     def _audio(self, event: Any, at: float) -> None:
         rid = get(event, "response_id")
-        state = self._responses.get(rid) if isinstance(rid, str) else None
-        if state is None:
-            return
         nbytes = b64_nbytes(get(event, "delta") or "")
         rate = get(event, "sample_rate_hz") or self.output_rate_hz
         ms = nbytes * 1000.0 / (2 * rate)
+        if self.stream is not None:
+            self.stream.on_audio(at, rid if isinstance(rid, str) else None, ms)
+        state = self._responses.get(rid) if isinstance(rid, str) else None
+        if state is None:
+            return
         metadata = get(event, "metadata")
         if isinstance(metadata, Mapping) and isinstance(
             metadata.get("audio_duration_ms"), int | float
@@ -235,4 +240,5 @@ class SessionRecorder:
             "audio_ms_missing": round(self.audio_ms_missing, 1),
             "input_ms_sent": round(self.input_ms_sent, 1),
             "errors": dict(self.errors),
+            "stream": self.stream.summary() if self.stream is not None else None,
         }

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 import platform
 import random
@@ -17,14 +16,18 @@ from ..clients import DuplexClientError, DuplexConnectionError, DuplexProtocolEr
 from .audio import load_utterances, synth_utterance
 from .drivers import Driver, DuplexDriver, RealtimeDriver, host_port, probe_server
 from .floor import FloorProbe, echo_floor
+from .health import ClientHealth
+from .ramp import held, ramp_levels, ramp_point
 from .recorder import SessionRecorder
 from .server_stats import ProcSampler, fetch_metrics, find_listening_pid, metrics_report
 from .stats import ratios, summarize
+from .stream import STREAM_RATE_HZ, aggregate_stream, stream_session
+from .timeline import StreamTimeline
 
 __all__ = ["BenchConfig", "run_bench"]
 
 SCHEMA = "omniduplex.bench/1"
-SCENARIOS = ("talk", "barge-in", "resume", "mixed")
+SCENARIOS = ("talk", "barge-in", "resume", "mixed", "stream")
 _MIXED = (("talk", 0.5), ("barge-in", 0.3), ("resume", 0.2))
 #: Latency keys of ``aggregate`` that also get ratios to the floor.
 LATENCY_KEYS = ("reply_latency_ms", "barge_in_stop_ms", "event_lag_ms", "resume_ms")
@@ -35,7 +38,7 @@ class BenchConfig:
     url: str
     sessions: int = 10
     duration_s: float = 20.0
-    chunk_ms: int = 20
+    chunk_ms: float = 20
     scenario: str = "talk"
     input_dir: str | None = None
     dialect: str = "ga"
@@ -66,9 +69,9 @@ def _log(cfg: BenchConfig, message: str) -> None:
 # ---- one session ---------------------------------------------------------------------------
 
 
-async def _stream(driver: Driver, rec: SessionRecorder, pcm: bytes, chunk_ms: int) -> None:
+async def _stream(driver: Driver, rec: SessionRecorder, pcm: bytes, chunk_ms: float) -> None:
     """Send ``pcm`` in ``chunk_ms`` appends at real-time pace; record how late each left."""
-    step = driver.input_rate_hz * chunk_ms // 1000 * 2
+    step = round(driver.input_rate_hz * chunk_ms / 1000.0) * 2
     started = time.perf_counter()
     for k, offset in enumerate(range(0, len(pcm), step)):
         due = started + k * chunk_ms / 1000.0
@@ -185,6 +188,20 @@ async def _session(
             await driver.close()
 
 
+async def _stream_session(
+    index: int,
+    cfg: BenchConfig,
+    utterances: list[bytes],
+    deadline: float,
+    rec: SessionRecorder,
+    state: dict[str, int],
+    speaks_first: bool,
+) -> None:
+    rng = random.Random(cfg.seed * 1_000_003 + index)
+    delay = rng.uniform(0.0, min(1.0, cfg.duration_s / 4))
+    await stream_session(cfg, utterances, deadline, rec, state, delay, speaks_first=speaks_first)
+
+
 # ---- one level (N sessions) ------------------------------------------------------------------
 
 
@@ -253,35 +270,13 @@ async def _progress(cfg: BenchConfig, recs, state, started: float, stop: asyncio
         )
 
 
-class _ClientHealth:
-    """The bench process's own stalls: event-loop lag (a 50 ms ticker's overshoot) and
-    garbage-collector pauses. Large values mean the numbers measure the client."""
-
-    def __init__(self) -> None:
-        self.loop_lag_ms: list[float] = []
-        self.gc_pause_ms: list[float] = []
-        self._gc_started = 0.0
-
-    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._gc_started = time.perf_counter()
-        elif self._gc_started:
-            self.gc_pause_ms.append((time.perf_counter() - self._gc_started) * 1000.0)
-
-    async def run(self, stop: asyncio.Event) -> None:
-        gc.callbacks.append(self._on_gc)
-        try:
-            while not stop.is_set():
-                due = time.perf_counter() + 0.05
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 0.05)
-                self.loop_lag_ms.append(max(0.0, (time.perf_counter() - due) * 1000.0))
-        finally:
-            gc.callbacks.remove(self._on_gc)
-
-
 async def run_level(
-    cfg: BenchConfig, sessions: int, kind: str, utterances: list[bytes]
+    cfg: BenchConfig,
+    sessions: int,
+    kind: str,
+    utterances: list[bytes],
+    *,
+    speaks_first: bool = True,
 ) -> dict[str, Any]:
     """``sessions`` concurrent sessions for ``cfg.duration_s``; the level's report."""
     host, port = host_port(cfg.url)
@@ -291,7 +286,8 @@ async def run_level(
     metrics_before = await fetch_metrics(http_url, cfg.api_key)
     echo: dict[str, Any] | None = None
     if cfg.floor_echo:
-        frame = len(utterances[0][: 2 * cfg.chunk_ms * (16 if kind == "duplex" else 24)]) * 4 // 3
+        samples = round(cfg.chunk_ms * (16 if kind == "duplex" else 24))
+        frame = len(utterances[0][: 2 * samples]) * 4 // 3
         _log(cfg, f"echo floor: {sessions} connections")
         raw = await echo_floor(
             sessions,
@@ -311,8 +307,14 @@ async def run_level(
     idle_hb, idle_ping = probe.mark()
     sampler = ProcSampler(pid) if pid is not None else None
     client_cpu = time.process_time()
+    streaming = cfg.scenario == "stream"
     recs = [
-        SessionRecorder(index=i, scenario=cfg.scenario, playout_ms=cfg.playout_ms)
+        SessionRecorder(
+            index=i,
+            scenario=cfg.scenario,
+            playout_ms=cfg.playout_ms,
+            stream=StreamTimeline() if streaming else None,
+        )
         for i in range(sessions)
     ]
     state = {"open": 0, "done": 0}
@@ -320,7 +322,7 @@ async def run_level(
     deadline = started + cfg.duration_s
     stop_progress = asyncio.Event()
     progress = asyncio.ensure_future(_progress(cfg, recs, state, started, stop_progress))
-    health = _ClientHealth()
+    health = ClientHealth()
     health_task = asyncio.ensure_future(health.run(stop_progress))
 
     async def sample_loop() -> None:
@@ -332,7 +334,12 @@ async def run_level(
     _log(cfg, f"{sessions} sessions, scenario {cfg.scenario}, {cfg.duration_s:g}s ({kind})")
     try:
         await asyncio.gather(
-            *(_session(i, cfg, kind, utterances, deadline, recs[i], state) for i in range(sessions))
+            *(
+                _stream_session(i, cfg, utterances, deadline, recs[i], state, speaks_first)
+                if streaming
+                else _session(i, cfg, kind, utterances, deadline, recs[i], state)
+                for i in range(sessions)
+            )
         )
     finally:
         wall = time.perf_counter() - started
@@ -365,11 +372,14 @@ async def run_level(
         resources = {"source": "metrics", "note": "remote server: CPU and RSS not visible"}
     else:
         resources = None
+    aggregate = _aggregate(recs, floor["floor_ms"], echo_ms)
+    if streaming:
+        aggregate["stream"] = aggregate_stream(recs, started)
     return {
         "sessions": sessions,
         "wall_s": round(wall, 3),
         "floor": floor,
-        "aggregate": _aggregate(recs, floor["floor_ms"], echo_ms),
+        "aggregate": aggregate,
         "server_resources": resources,
         "server_metrics": metrics_report(metrics_before, metrics_after, sessions),
         "client": {
@@ -386,26 +396,9 @@ async def run_level(
             "event_lag_ms": [v for r in recs for v in r.lag_ms],
             "resume_ms": [v for r in recs for v in r.resume_ms],
             "floor_ms": loaded_hb or loaded_ping,
+            "frame_latency_ms": [v for r in recs if r.stream for _, v in r.stream.latency],
         },
     }
-
-
-def _held(level: dict[str, Any], bound_ms: float) -> bool:
-    agg = level["aggregate"]
-    lag = agg["event_lag_ms"]
-    return (
-        agg["errors"] == 0
-        and agg["sessions_opened"] == level["sessions"]
-        and (lag is None or lag["p95"] <= bound_ms)
-    )
-
-
-def _ramp_levels(cfg: BenchConfig) -> list[int]:
-    top = max(1, cfg.sessions)
-    step = cfg.ramp_step or max(1, round(top / 10))
-    start = cfg.ramp_start or step
-    levels = list(range(start, top, step))
-    return [*levels, top]
 
 
 async def run_bench(cfg: BenchConfig) -> dict[str, Any]:
@@ -416,7 +409,10 @@ async def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     load_start = os.getloadavg()
     server = await probe_server(cfg.url, dialect=cfg.dialect, api_key=cfg.api_key)
     kind = server["kind"]
-    rate = 16_000 if kind == "duplex" else 24_000
+    rate = STREAM_RATE_HZ if cfg.scenario == "stream" else 16_000 if kind == "duplex" else 24_000
+    samples = cfg.chunk_ms * rate / 1000.0
+    if abs(samples - round(samples)) > 1e-9:
+        raise ValueError(f"--chunk-ms {cfg.chunk_ms:g} is not whole samples at {rate} Hz")
     if cfg.input_dir:
         utterances = load_utterances(cfg.input_dir, rate)
     else:
@@ -429,10 +425,10 @@ async def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     levels: list[dict[str, Any]] = []
     ramp: dict[str, Any] | None = None
     if cfg.ramp:
-        held = 0
-        for n in _ramp_levels(cfg):
-            level = await run_level(cfg, n, kind, utterances)
-            ok = _held(level, cfg.lag_bound_ms)
+        most_held = 0
+        for n in ramp_levels(cfg):
+            level = await run_level(cfg, n, kind, utterances, speaks_first=server["speaks_first"])
+            ok = held(level, cfg.lag_bound_ms)
             levels.append(level)
             lag = level["aggregate"]["event_lag_ms"]
             _log(
@@ -443,14 +439,18 @@ async def run_bench(cfg: BenchConfig) -> dict[str, Any]:
             )
             if not ok:
                 break
-            held = n
+            most_held = n
         ramp = {
             "lag_bound_ms": cfg.lag_bound_ms,
-            "max_sessions_held": held,
-            "levels": [_ramp_point(level, cfg.lag_bound_ms) for level in levels],
+            "max_sessions_held": most_held,
+            "levels": [ramp_point(level, cfg.lag_bound_ms) for level in levels],
         }
     else:
-        levels.append(await run_level(cfg, cfg.sessions, kind, utterances))
+        levels.append(
+            await run_level(
+                cfg, cfg.sessions, kind, utterances, speaks_first=server["speaks_first"]
+            )
+        )
     final = levels[-1]
     samples = final.pop("_samples")
     for level in levels[:-1]:
@@ -480,32 +480,4 @@ async def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         "per_session": final["per_session"],
         "ramp": ramp,
         "samples": samples,
-    }
-
-
-def _ramp_point(level: dict[str, Any], bound_ms: float) -> dict[str, Any]:
-    agg = level["aggregate"]
-    res = level.get("server_resources") or {}
-
-    def q(key: str, p: str) -> float | None:
-        dist = agg.get(key)
-        return dist[p] if dist else None
-
-    return {
-        "sessions": level["sessions"],
-        "held": _held(level, bound_ms),
-        "event_lag_p50_ms": q("event_lag_ms", "p50"),
-        "event_lag_p95_ms": q("event_lag_ms", "p95"),
-        "event_lag_p99_ms": q("event_lag_ms", "p99"),
-        "reply_latency_p50_ms": q("reply_latency_ms", "p50"),
-        "reply_latency_p95_ms": q("reply_latency_ms", "p95"),
-        "send_lag_p95_ms": q("send_lag_ms", "p95"),
-        "underruns_per_audio_minute": agg["underruns_per_audio_minute"],
-        "floor_p50_ms": level["floor"]["floor_ms"],
-        "errors": agg["errors"],
-        "errors_by_code": agg["errors_by_code"],
-        "server_cpu_percent": res.get("cpu_percent"),
-        "server_rss_per_session_bytes": res.get("rss_per_session_bytes"),
-        "client_cpu_percent": level["client"]["cpu_percent"],
-        "client_loop_lag_p95_ms": (level["client"]["loop_lag_ms"] or {}).get("p95"),
     }
