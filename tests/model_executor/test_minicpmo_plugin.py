@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -335,3 +336,22 @@ def test_a_failed_conversation_does_not_come_back_with_default_settings(monkeypa
     # The session's next unit (no config: same epoch) re-opens the id: refused, loudly.
     with pytest.raises(ValueError, match="failed earlier in this epoch"):
         model.add_request(request_id, StageInput({"audio": UNIT}))
+
+
+def test_the_gpu_timing_script_runs_against_the_double(tmp_path: Path) -> None:
+    """benchmarks/minicpmo_units.py is for a GPU machine; its CPU smoke mode keeps it
+    from rotting (its timings here mean nothing)."""
+    out = tmp_path / "units.json"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "minicpmo_units.py"
+    command = [sys.executable, str(script), "--double", "--sessions", "2", "--units", "5"]
+    done = subprocess.run(
+        [*command, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert [row["sessions"] for row in report["by_sessions"]] == [1, 2]
+    # the double's script: listen, then three speak units, per conversation
+    assert [row["speak_units"] for row in report["by_sessions"]] == [3, 6]
