@@ -26,6 +26,7 @@ from cascade_helpers import IN_RATE, silence
 from test_cascade_semantic_vad import FRAME, detector, feed, model, neural, stop_wait_ms
 
 from omniduplex.engine.duplex.session.turn_detection import (
+    HELD_SPEECH_SILENCE_MS,
     SEMANTIC_CANDIDATE_SILENCE_MS,
     SEMANTIC_MAX_SILENCE_MS,
     SEMANTIC_WORDS_WAIT_MS,
@@ -174,3 +175,20 @@ def test_a_fragment_whisper_closed_as_a_question_is_held_through_its_pause() -> 
     assert [e[0] for e in events] == ["started", "stopped"]  # one turn, through the pause
     assert events[1][1] > speech_end + 2000
     assert not turns.decisions[0].complete and turns.decisions[0].words.endswith("to?")
+
+
+def test_speech_held_over_the_assistant_ends_by_silence_alone() -> None:
+    """The session holds speech over the assistant's reply (``by_silence_only``): a
+    short pause inside an interruption does not end it, as it would a turn."""
+    interruption = np.concatenate(
+        (silence(300), plain("Wait, sorry."), silence(350), plain("what time is it?"))
+    )
+    audio = np.concatenate((interruption, silence(1500)))
+    free = detector("auto")
+    assert [e[0] for e in feed(free, audio)].count("stopped") >= 2  # split at a pause
+    held = detector("auto")
+    held.by_silence_only = True
+    events = feed(held, audio)
+    assert [e[0] for e in events] == ["started", "stopped"]
+    assert stop_wait_ms(events) >= HELD_SPEECH_SILENCE_MS
+    assert held.decisions == []  # the turn model was not asked

@@ -99,7 +99,20 @@ class InputFlow(Inputs):
         self._position = 0  # samples appended this session (the input audio clock)
         self._stream_units = np.zeros(0, dtype=np.float32)
         self._streamed = False  # a unit reached stage 0 (streaming plugins)
-        self._held: _HeldSpeech | None = None  # speech over the assistant, not yet judged
+        self._held_speech: _HeldSpeech | None = None  # over the assistant, not yet judged
+
+    @property
+    def _held(self) -> _HeldSpeech | None:
+        return self._held_speech
+
+    @_held.setter
+    def _held(self, held: _HeldSpeech | None) -> None:
+        # Held speech ends by silence alone, as under server VAD, whatever the turn
+        # detection: semantic_vad would end "Wait, sorry," at its first short pause and
+        # judge each piece of an interruption a backchannel.
+        self._held_speech = held
+        if self.turns is not None:
+            self.turns.by_silence_only = held is not None
 
     # ---- appends ----------------------------------------------------------------
 

@@ -53,6 +53,10 @@ SEMANTIC_MAX_SILENCE_MS: Final[Mapping[str, int]] = {
 SEMANTIC_FALLBACK_SILENCE_MS: Final[Mapping[str, int]] = {
     eagerness: wait // 8 for eagerness, wait in SEMANTIC_MAX_SILENCE_MS.items()
 }
+# semantic_vad's speech held over the assistant's reply ends after this much silence (as
+# under OpenAI's server_vad default), the turn model unasked: a 200 ms pause inside an
+# interruption ("Wait, sorry, ...") must not end it as a backchannel.
+HELD_SPEECH_SILENCE_MS: Final = 500
 # A turn-completion probability at or above this ends the turn.
 COMPLETION_THRESHOLD: Final = 0.5
 # Where the model transcribes while the user speaks: how long past the candidate silence
@@ -191,6 +195,10 @@ class TurnDetector:
         self.min_speech_duration_ms = min_speech_duration_ms
         self.classifier = classifier or EnergyClassifier()
         self.semantic = semantic
+        # Set by the session while the speech is held over the assistant's reply: the
+        # turn ends by silence alone (``HELD_SPEECH_SILENCE_MS`` at least under
+        # semantic_vad), the turn model unasked.
+        self.by_silence_only = False
         self.decisions: list[TurnDecision] = []
         self._frame = rate_hz * self.classifier.frame_ms // 1000
         self._pending = np.zeros(0, dtype=np.float32)
@@ -304,6 +312,8 @@ class TurnDetector:
         policy = self.semantic
         if policy is None:
             return silence_ms >= self.silence_duration_ms
+        if self.by_silence_only:
+            return silence_ms >= max(self.silence_duration_ms, HELD_SPEECH_SILENCE_MS)
         if silence_ms >= (self._pause_limit_ms or policy.max_silence_ms):
             return True
         if self._judged or silence_ms < policy.candidate_silence_ms:
