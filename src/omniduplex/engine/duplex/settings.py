@@ -31,9 +31,12 @@ _POLICIES = ("listen_only", "barge_in_on_speech")
 _COMMIT_POLICIES = ("commit_all_on_done", "ack_only")
 #: What speech that starts while the assistant is audibly speaking does under server turn
 #: detection. ``barge_in`` (OpenAI's rule): any speech stops the reply at once.
-#: ``ignore``: speech that ends within ``backchannel_max_ms`` of its onset (an "uh-huh",
-#: "yeah", "mm-hm", "right") is a backchannel: no turn, no speech_started, the reply goes
-#: on; speech that lasts longer is announced then and stops the reply.
+#: ``ignore``: the moment speech starts over a reply in progress, the reply's playout is
+#: paused (nothing more is released; the client plays out the lead it holds). Speech that
+#: ends within ``backchannel_max_ms`` of its onset (an "uh-huh", "yeah", "mm-hm",
+#: "right") is a backchannel: no turn, no speech_started, and the reply resumes where it
+#: paused, nothing lost; speech that lasts longer is announced then and stops the reply,
+#: truncated at what the client played.
 BACKCHANNEL_POLICIES = ("barge_in", "ignore")
 #: ``realtime``: the engine releases a response's audio at real time plus the lead;
 #: ``none``: as fast as it is generated (offline uses).
