@@ -1,24 +1,38 @@
 """A test double of upstream's ``MiniCPMODuplex`` (MiniCPM-o 4.5 remote code).
 
 The real class needs the 19 GB checkpoint and CUDA; this double stands in for it on CPU
-and ENFORCES the contract the plugin relies on (models.md §1.2, upstream's
-``modeling_minicpmo.py``), raising ``UpstreamContractViolation`` on any breach:
+and ENFORCES the contract the plugin relies on, raising ``UpstreamContractViolation`` on
+any breach. The contract is upstream's ``as_duplex`` path as the checkpoint's remote
+code has it (``MiniCPMO.as_duplex`` -> ``MiniCPMODuplex.from_existing_model``, read in
+chmod777john/MiniCPM-o-Demo ``MiniCPMO45/modeling_minicpmo.py`` @ d5e99a79b69e, a copy
+of the trusted code): where upstream silently ignores a mistake, the double raises.
 
 * method names and signatures exactly as upstream's (a wrong keyword is a TypeError);
-* constructor keywords limited to upstream's;
+* ``as_duplex`` keywords limited to the ones ``from_existing_model`` reads (its
+  ``_default_duplex_params``; it takes ``**kwargs`` and drops any other name unread);
+* ``prepare`` gets the instructions as plain text: upstream wraps them itself
+  (``<|im_start|>system\n`` + text [+ ``\n<|audio_start|>`` ref audio
+  ``<|audio_end|>``] + ``<|im_end|>``), so a prefix already in chat-template tokens would
+  be wrapped twice, and a ``suffix_system_prompt`` is swallowed unread by its ``**kwargs``;
 * one conversation per instance: ``prepare`` once, before any prefill, never after stop;
 * ``streaming_prefill``: 16 kHz mono float32 ndarray, finite, 1035 ms (16560 samples)
-  for the first unit and 1000 ms (16000) for every later one; never while the break
-  event is set (upstream silently drops such a unit); never twice without a generate;
+  for the first unit and 1000 ms (16000) for every later one (upstream left-pads a short
+  first unit, consumes 1030 ms of it, the hop-aligned 1035 ms, and needs 1000 ms buffered
+  for each later one, else it refuses the unit); never while the break event is set
+  (upstream refuses such a unit: ``success`` False); never twice without a generate;
 * ``streaming_generate`` only after a successful ``streaming_prefill``; with the break
-  event set it answers listen + end of turn, as upstream does;
+  event set it answers listen + end of turn and changes nothing else, as upstream does
+  (no forced-listen unit used up, the model's own turn still open);
 * nothing after ``set_session_stop``; no call from a thread running an asyncio loop (the
   model steps on the stage worker, never on the session loop).
 
 It answers from a script of units: ``"L"`` listen, ``"S:text"`` speak, ``"E:text"``
-speak and end the turn; past the script it listens. Speech is a real 24 kHz float32 tone
-(one second per unit). Every violation is also recorded on the factory, so a test can
-assert that none happened even where the stage caught the exception.
+speak and end the turn; past the script it listens. As upstream, it never listens while
+its turn is open (upstream turns a sampled ``<|listen|>`` into ``<|tts_bos|>`` there): an
+``"L"`` inside a turn is a speak unit without text. Speech is a real 24 kHz float32 tone
+(one second per unit); with ``generate_audio=False`` a speak unit has no audio (None), as
+upstream's. Every violation is also recorded on the factory, so a test can assert that
+none happened even where the stage caught the exception.
 """
 
 from __future__ import annotations
@@ -39,40 +53,38 @@ RATE_OUT = 24_000
 FIRST_UNIT = 16_560  # 1035 ms
 UNIT = 16_000  # 1000 ms
 
-# Upstream's MiniCPMODuplex constructor keywords (``__init__`` and its ``kwargs.get``s).
-UPSTREAM_CONSTRUCTOR_KEYWORDS = frozenset(
-    {
-        "generate_audio",
-        "ls_mode",
-        "device",
-        "attn_implementation",
-        "vision_batch_size",
-        "audio_pool_step",
-        "audio_chunk_length",
-        "max_slice_nums",
-        "enable_float16",
-        "n_timesteps",
-        "max_new_speak_tokens_per_chunk",
-        "text_repetition_penalty",
-        "temperature",
-        "top_k",
-        "top_p",
-        "text_repetition_window_size",
-        "listen_prob_scale",
-        "force_listen_count",
-        "tts_temperature",
-        "tts_repetition_penalty",
-        "chunk_ms",
-        "first_chunk_ms",
-        "cnn_redundancy_ms",
-        "sample_rate",
-        "sliding_window_mode",
-        "basic_window_high_tokens",
-        "basic_window_low_tokens",
-        "context_previous_max_tokens",
-        "context_max_units",
-    }
-)
+# What ``MiniCPMO.as_duplex(device=None, **kwargs)`` reads: ``device`` and the keys of
+# ``MiniCPMODuplex._default_duplex_params`` (upstream's defaults alongside). The
+# standalone constructor's extra keywords (``attn_implementation``, ``vision_batch_size``,
+# ``audio_pool_step``, ``audio_chunk_length``, ``max_slice_nums``) are not read there.
+UPSTREAM_DUPLEX_DEFAULTS: dict[str, Any] = {
+    "generate_audio": True,
+    "ls_mode": "explicit",
+    "max_new_speak_tokens_per_chunk": 20,
+    "text_repetition_penalty": 1.05,
+    "temperature": 0.7,
+    "top_k": 100,
+    "top_p": 0.8,
+    "text_repetition_window_size": 512,
+    "listen_prob_scale": 1.0,
+    "force_listen_count": 0,
+    "tts_temperature": 0.8,
+    "tts_repetition_penalty": 1.05,
+    "enable_float16": False,
+    "n_timesteps": 10,
+    "chunk_ms": 1000,
+    "first_chunk_ms": 1035,
+    "cnn_redundancy_ms": 20,
+    "sample_rate": 16000,
+    "sliding_window_mode": "off",
+    "basic_window_high_tokens": 8000,
+    "basic_window_low_tokens": 6000,
+    "context_previous_max_tokens": 500,
+    "context_max_units": 24,
+}
+UPSTREAM_CONSTRUCTOR_KEYWORDS = frozenset({"device", *UPSTREAM_DUPLEX_DEFAULTS})
+# Chat-template tokens upstream's ``prepare`` puts around the instructions itself.
+TEMPLATE_TOKENS = ("<|im_start|>", "<|im_end|>", "<|audio_start|>", "<|audio_end|>")
 
 
 class UpstreamContractViolation(AssertionError):
@@ -99,8 +111,11 @@ class MiniCPMODuplexDouble:
         self._violations = violations
         unknown = sorted(set(kwargs) - UPSTREAM_CONSTRUCTOR_KEYWORDS)
         if unknown:
-            self._violate(f"unknown MiniCPMODuplex keyword(s) {unknown}")
+            self._violate(
+                f"unknown MiniCPMODuplex keyword(s) {unknown}: as_duplex would ignore them"
+            )
         self.settings = dict(kwargs)
+        self.generate_audio = bool(kwargs.get("generate_audio", True))
         self.force_listen_count = int(kwargs.get("force_listen_count", 0))
         self.script = list(script)
         self.calls: list[CallRecord] = []
@@ -114,6 +129,8 @@ class MiniCPMODuplexDouble:
         self.break_set_at: list[int] = []  # prefills done when each break was set
         self._awaiting_generate = False
         self._script_index = 0
+        self._forced_listens = 0  # upstream's _streaming_generate_count
+        self.turn_open = False  # upstream: not current_turn_ended
 
     # ---- contract ------------------------------------------------------------------
 
@@ -163,15 +180,24 @@ class MiniCPMODuplexDouble:
     def prepare(
         self,
         prefix_system_prompt: str | None = None,
-        suffix_system_prompt: str | None = None,
         ref_audio: np.ndarray | None = None,
         prompt_wav_path: str | None = None,
         context_previous_marker: str = "\n\nprevious: ",
+        **kwargs: Any,
     ) -> str:
         self._record("prepare")
         self._require_live("prepare")
         if self.prepared is not None:
             self._violate("prepare called twice: one MiniCPMODuplex holds one conversation")
+        if kwargs:
+            self._violate(
+                f"prepare keyword(s) {sorted(kwargs)}: upstream's **kwargs swallows them unread"
+            )
+        if prefix_system_prompt and any(t in prefix_system_prompt for t in TEMPLATE_TOKENS):
+            self._violate(
+                "prepare prefix_system_prompt holds chat-template tokens: upstream wraps the "
+                "plain instructions itself, so they would be wrapped twice"
+            )
         if ref_audio is not None:
             if not isinstance(ref_audio, np.ndarray) or ref_audio.dtype != np.float32:
                 self._violate("prepare ref_audio must be a float32 ndarray at 16 kHz")
@@ -183,15 +209,21 @@ class MiniCPMODuplexDouble:
             and not prompt_wav_path
         ):
             self._violate("prepare with ref_audio but no prompt_wav_path: token2wav has no voice")
+        # What upstream feeds: its own wrapping around the plain instructions.
+        prefix = "<|im_start|>system\n" + (prefix_system_prompt or "Streaming Omni Conversation.")
+        suffix = "<|im_end|>"
+        if isinstance(ref_audio, np.ndarray):
+            prefix += "\n<|audio_start|>"
+            suffix = "<|audio_end|>" + suffix
         self.prepared = {
             "prefix": prefix_system_prompt,
-            "suffix": suffix_system_prompt,
             "ref_audio_samples": None if ref_audio is None else int(ref_audio.size),
             "prompt_wav_path": prompt_wav_path,
+            "context": prefix + ("[audio embedding]" if ref_audio is not None else "") + suffix,
         }
         self.break_event.clear()
         self.session_stop_event.clear()
-        return (prefix_system_prompt or "") + (suffix_system_prompt or "")
+        return self.prepared["context"]
 
     def streaming_prefill(
         self,
@@ -206,7 +238,9 @@ class MiniCPMODuplexDouble:
         if self.prepared is None:
             self._violate("streaming_prefill before prepare")
         if self.break_event.is_set():
-            self._violate("streaming_prefill while the break event is set: upstream drops the unit")
+            self._violate(
+                "streaming_prefill while the break event is set: upstream refuses the unit"
+            )
         if self._awaiting_generate:
             self._violate("streaming_prefill twice without streaming_generate: a unit is lost")
         if frame_list is not None or text_list is not None:
@@ -233,7 +267,7 @@ class MiniCPMODuplexDouble:
         max_new_speak_tokens_per_chunk: int = 20,
         decode_mode: str = "sampling",
         temperature: float = 0.7,
-        top_k: int = 20,
+        top_k: int = 100,
         top_p: float = 0.8,
         listen_prob_scale: float = 1.0,
         listen_top_k: int | None = None,
@@ -261,21 +295,31 @@ class MiniCPMODuplexDouble:
         unit = self.generates
         self.generates += 1
         if self.break_event.is_set():
-            # Upstream: a broken unit is silence that closes the turn.
+            # Upstream: a broken unit answers silence "at the end of a turn" and touches
+            # nothing else (no forced listen used up, the model's own turn left open).
             return self._result(True, "", end_of_turn=True, unit=unit)
-        if unit < self.force_listen_count:
+        forced = self._forced_listens < self.force_listen_count
+        self._forced_listens += 1
+        if forced:
             return self._result(True, "", end_of_turn=False, unit=unit)
         step = self.script[self._script_index] if self._script_index < len(self.script) else "L"
         self._script_index += 1
         if step == "L":
+            if self.turn_open:  # upstream turns <|listen|> into <|tts_bos|> mid-turn
+                return self._result(False, "", end_of_turn=False, unit=unit)
             return self._result(True, "", end_of_turn=False, unit=unit)
         kind, _, text = step.partition(":")
+        self.turn_open = kind != "E"
         return self._result(False, text, end_of_turn=kind == "E", unit=unit)
 
     def _result(
         self, is_listen: bool, text: str, *, end_of_turn: bool, unit: int
     ) -> dict[str, Any]:
-        audio = np.zeros(RATE_OUT, dtype=np.float32) if is_listen else speech_tone()
+        audio: np.ndarray | None
+        if is_listen:
+            audio = np.zeros(RATE_OUT, dtype=np.float32)  # upstream: 1 s of silence
+        else:
+            audio = speech_tone() if self.generate_audio else None
         return {
             "is_listen": is_listen,
             "text": text,

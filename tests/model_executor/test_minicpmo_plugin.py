@@ -48,7 +48,7 @@ UNIT = np.zeros(16_000, np.float32)
 
 def prepared(script=("L",), **settings) -> MiniCPMODuplexDouble:
     double = MiniCPMODuplexDouble(list(script), [], **settings)
-    double.prepare(prefix_system_prompt="<|im_start|>system\nhi", suffix_system_prompt="<|im_end|>")
+    double.prepare(prefix_system_prompt="hi")
     return double
 
 
@@ -80,11 +80,12 @@ def test_the_double_has_upstreams_signatures() -> None:
     prepare = inspect.signature(MiniCPMODuplexDouble.prepare).parameters
     assert list(prepare)[1:] == [
         "prefix_system_prompt",
-        "suffix_system_prompt",
         "ref_audio",
         "prompt_wav_path",
         "context_previous_marker",
+        "kwargs",
     ]
+    assert generate["top_k"].default == 100  # upstream's, not the deployment's 20
     with pytest.raises(TypeError):
         prepared().streaming_generate(temp=0.5)  # not upstream's keyword
 
@@ -127,6 +128,22 @@ def test_the_double_wants_1035_ms_first_then_1000_ms_and_a_generate_per_prefill(
     double.streaming_generate()
 
 
+def test_prepare_takes_plain_instructions_and_nothing_upstream_would_drop() -> None:
+    fresh = MiniCPMODuplexDouble([], [])
+    context = fresh.prepare(
+        prefix_system_prompt="Be kind.",
+        ref_audio=np.ones(1600, np.float32),
+        prompt_wav_path="voice.wav",
+    )
+    assert context == (
+        "<|im_start|>system\nBe kind.\n<|audio_start|>[audio embedding]<|audio_end|><|im_end|>"
+    )
+    with pytest.raises(UpstreamContractViolation, match="wrapped twice"):
+        MiniCPMODuplexDouble([], []).prepare(prefix_system_prompt="<|im_start|>system\nhi")
+    with pytest.raises(UpstreamContractViolation, match="swallows them unread"):
+        MiniCPMODuplexDouble([], []).prepare(prefix_system_prompt="hi", suffix_system_prompt="x")
+
+
 def test_break_event_semantics() -> None:
     double = prepared(["S:one", "S:two"])
     double.streaming_prefill(audio_waveform=FIRST)
@@ -141,6 +158,26 @@ def test_break_event_semantics() -> None:
     assert not spoken["is_listen"] and spoken["text"] == "one"
     assert spoken["audio_waveform"].dtype == np.float32 and spoken["audio_waveform"].size == 24_000
     assert double.break_set_at == [1]
+    # A broken unit uses up no forced listen and leaves the model's turn open.
+    forced = prepared(["S:one", "L", "E:two"], force_listen_count=1)
+    forced.streaming_prefill(audio_waveform=FIRST)
+    forced.set_break_event()
+    forced.streaming_generate()
+    forced.clear_break_event()
+    answers = []
+    for _ in range(4):
+        forced.streaming_prefill(audio_waveform=UNIT)
+        answers.append(forced.streaming_generate())
+    assert [(a["is_listen"], a["text"]) for a in answers] == [
+        (True, ""),  # the forced listen
+        (False, "one"),
+        (False, ""),  # "L" inside a turn: upstream speaks on (<|tts_bos|>)
+        (False, "two"),
+    ]
+    assert answers[-1]["end_of_turn"]
+    text_only = prepared(["E:hi"], generate_audio=False)
+    text_only.streaming_prefill(audio_waveform=FIRST)
+    assert text_only.streaming_generate()["audio_waveform"] is None
 
 
 def test_nothing_after_session_stop_and_nothing_on_an_event_loop() -> None:
@@ -160,6 +197,9 @@ def test_nothing_after_session_stop_and_nothing_on_an_event_loop() -> None:
 def test_the_double_refuses_keywords_upstream_does_not_take() -> None:
     with pytest.raises(UpstreamContractViolation, match="unknown MiniCPMODuplex keyword"):
         MiniCPMODuplexDouble([], [], chunk_seconds=1)
+    # The standalone constructor's keywords: as_duplex does not read them.
+    with pytest.raises(UpstreamContractViolation, match="as_duplex would ignore them"):
+        MiniCPMODuplexDouble([], [], attn_implementation="sdpa")
     factory = DoubleDuplexFactory(MiniCPMO45Options(), script=["L"])
     options = MiniCPMO45Options()
     factory.open(0, options.upstream_kwargs())  # everything the stage passes is upstream's
@@ -336,6 +376,37 @@ def test_a_failed_conversation_does_not_come_back_with_default_settings(monkeypa
     # The session's next unit (no config: same epoch) re-opens the id: refused, loudly.
     with pytest.raises(ValueError, match="failed earlier in this epoch"):
         model.add_request(request_id, StageInput({"audio": UNIT}))
+
+
+def test_a_unit_prefilled_before_a_cancel_does_not_end_the_muted_turn() -> None:
+    """Upstream answers a broken unit "listen, end of turn" while the model's own turn
+    goes on: the rest of the interrupted turn stays muted until the model ends it."""
+    model = stage_module.MiniCPMO45StageModel(
+        upstream_factory="minicpmo_double:DoubleDuplexFactory",
+        upstream_factory_kwargs={"script": ["S:one", "S: two", "S: three", "E: four.", "E:new"]},
+        device="cpu",
+    )
+    model.stage_index = 0
+    old = stage_request_id(DuplexFence("s", 0), "stage0")
+    model.add_request(old, StageInput({"audio": UNIT, "config": {"instructions": "x"}}))
+    model.step(model.ready_request_ids())  # prefill
+    (spoken,) = model.step(model.ready_request_ids())  # generate: "one" opens a response
+    assert spoken.data["opens"] and spoken.data["text"] == "one"
+    model.update_request(old, StageInput({"audio": UNIT}))
+    model.step(model.ready_request_ids())  # the next unit is prefilled, not generated yet
+    new = stage_request_id(DuplexFence("s", 1), "stage0")
+    model.add_request(new, StageInput({"audio": UNIT, "config": {"instructions": "x"}}))
+    for _ in range(3):
+        model.update_request(new, StageInput({"audio": UNIT}))
+    outputs = []
+    while model.ready_request_ids():
+        outputs += model.step(model.ready_request_ids())
+    units = [o.data for o in outputs if o.data.get("kind") == "unit"]
+    # " two" was broken, " three" and " four." are muted: only the next turn is heard.
+    assert [(u["opens"], u["text"]) for u in units] == [(True, "new")]
+    (double,) = [d for _, d in model.factory.opened]
+    assert not model.factory.violations and double.break_set_at == [2]
+    model.close()
 
 
 def test_the_gpu_timing_script_runs_against_the_double(tmp_path: Path) -> None:

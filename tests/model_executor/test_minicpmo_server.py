@@ -118,7 +118,8 @@ async def test_a_session_listens_then_speaks_with_well_formed_lifecycles(server)
     assert sizes == [16_560] + [16_000] * 4
     assert np.all(double.prefill_audio[0][:560] == 0)
     assert np.allclose(double.prefill_audio[0][560:], 0.05)
-    # Upstream's sampling defaults, and the model stepped off the event loop.
+    # The deployment's sampling defaults (upstream's, but top_k 20 as OpenBMB's demo
+    # runs it), and the model stepped off the event loop.
     assert double.generate_kwargs[0] == {
         "temperature": 0.7,
         "top_k": 20,

@@ -2,7 +2,8 @@
 
 Both read the same mapping (stage 0's ``model.kwargs`` in the deploy YAML), so the
 plugin's capabilities and the stage's sessions agree without a second source of truth.
-The numbers are upstream's (``MiniCPMODuplex`` constructor defaults, models.md §1.2).
+The numbers are upstream's ``as_duplex`` defaults (``MiniCPMODuplex._default_duplex_params``
+in the checkpoint's remote code), except ``top_k``: 20 as OpenBMB's demo runs it.
 Nothing here imports torch: the plugin runs in the engine process, which may not have it.
 """
 
@@ -28,9 +29,11 @@ DEFAULT_UPSTREAM_FACTORY = (
 
 @dataclass(frozen=True, slots=True)
 class SamplingDefaults:
-    """``streaming_generate``'s sampling (upstream defaults); a session overrides them."""
+    """``streaming_generate``'s sampling; a session overrides them."""
 
     temperature: float = 0.7
+    # Upstream's code default is 100 (as_duplex and streaming_generate); OpenBMB's demo
+    # runs its duplex sessions with 20.
     top_k: int = 20
     top_p: float = 0.8
     listen_prob_scale: float = 1.0
@@ -64,7 +67,7 @@ class MiniCPMO45Options:
     voice_dir: str | None = None
     default_voice: str | None = None
     default_instructions: str = DEFAULT_INSTRUCTIONS
-    # Upstream constructor settings (``as_duplex(**...)``), upstream's defaults.
+    # Upstream constructor settings (``as_duplex(**...)``), its defaults.
     generate_audio: bool = True
     max_new_speak_tokens_per_chunk: int = 20
     text_repetition_penalty: float = 1.05
@@ -72,8 +75,8 @@ class MiniCPMO45Options:
     tts_temperature: float = 0.8
     tts_repetition_penalty: float = 1.05
     sliding_window_mode: str = "off"
-    basic_window_high_tokens: int = 4000
-    basic_window_low_tokens: int = 3500
+    basic_window_high_tokens: int = 8000
+    basic_window_low_tokens: int = 6000
     context_previous_max_tokens: int = 500
     context_max_units: int = 24
     enable_float16: bool = False

@@ -1,8 +1,9 @@
 """``MiniCPMO45StageModel``: upstream's ``MiniCPMODuplex`` driven one unit at a time.
 
 Each session's stage-0 request owns one conversation on a slot: one ``MiniCPMODuplex``
-from the upstream factory, ``prepare``d with the session's instructions and voice at its
-first step. Every input unit (1 s of 16 kHz float32) costs two steps of the worker:
+from the upstream factory, ``prepare``d with the session's instructions (plain text:
+upstream wraps them in its chat template itself) and voice at its first step. Every input
+unit (1 s of 16 kHz float32) costs two steps of the worker:
 
 1. ``streaming_prefill(audio_waveform=unit)``: the first unit of a conversation is the
    first 1000 ms of input behind 35 ms of leading silence (1035 ms: upstream pads a short
@@ -13,8 +14,9 @@ first step. Every input unit (1 s of 16 kHz float32) costs two steps of the work
 Splitting them lets a cancel that arrives between the two land where upstream looks for
 it: a new epoch's request for a session the stage holds (a barge-in or
 ``response.cancel``) sets the conversation's break event at once, so a unit already
-prefilled generates nothing (upstream answers listen, end of turn); the break event is
-cleared before the next unit's prefill (upstream drops any unit prefilled while it is
+prefilled generates nothing (upstream answers listen and end of turn, but that answer is
+synthetic: the model's own turn stays open, so it is ignored here); the break event is
+cleared before the next unit's prefill (upstream refuses any unit prefilled while it is
 set). The conversation goes on across epochs (the model has heard everything); speech
 still coming from the interrupted turn is muted until the model ends that turn.
 
@@ -44,7 +46,6 @@ from .voice import (
     decode_ref_audio_url,
     ref_audio_to_wav,
     resolve_voice,
-    system_prompt,
     wav_to_ref_audio,
 )
 
@@ -295,13 +296,10 @@ class MiniCPMO45StageModel(StageModel):
         }
         duplex = self.factory.open(conversation.slot, settings)
         conversation.duplex = duplex
-        prompt = system_prompt(
-            str(config.get("instructions") or options.default_instructions),
-            with_ref_audio=ref_audio is not None,
-        )
+        # Plain instructions: upstream's prepare builds "<|im_start|>system\n" + them
+        # [+ "\n<|audio_start|>" + ref audio + "<|audio_end|>"] + "<|im_end|>" itself.
         duplex.prepare(
-            prefix_system_prompt=prompt.prefix,
-            suffix_system_prompt=prompt.suffix,
+            prefix_system_prompt=str(config.get("instructions") or options.default_instructions),
             ref_audio=ref_audio,
             prompt_wav_path=conversation.prompt_wav_path,
         )
@@ -309,6 +307,7 @@ class MiniCPMO45StageModel(StageModel):
     def _generate(self, conversation: _Conversation) -> dict[str, Any] | None:
         sampling = conversation.sampling
         options = self.options
+        broken = conversation.break_set  # a unit prefilled before the cancel
         result = conversation.duplex.streaming_generate(
             prompt_wav_path=conversation.prompt_wav_path,
             max_new_speak_tokens_per_chunk=options.max_new_speak_tokens_per_chunk,
@@ -322,6 +321,10 @@ class MiniCPMO45StageModel(StageModel):
         )
         conversation.awaiting_generate = False
         self.stats.generates += 1
+        if broken:
+            # Upstream's answer to a broken unit (listen, end of turn) is not the model's:
+            # it generated nothing and its turn, if one was open, is still open.
+            return None
         is_listen = bool(result.get("is_listen", True))
         end_of_turn = bool(result.get("end_of_turn", False))
         if conversation.muted:

@@ -8,9 +8,18 @@ calls upstream's ``MiniCPMO.as_duplex(...)`` for each conversation. Tests point 
 deployment's ``upstream_factory`` at a test double of the same surface instead.
 
 Why a model per slot: upstream keeps part of a conversation's streaming state on the
-loaded model rather than on the ``MiniCPMODuplex`` (``prepare`` calls
-``model.init_streaming_processor()`` and resets ``model.tts.audio_tokenizer``'s stream
-caches), so two conversations interleaved on one model would overwrite each other's.
+loaded model rather than on the ``MiniCPMODuplex``: ``as_duplex`` sets the model's
+processor and unit timings and replaces ``model.tts.audio_tokenizer`` (it calls
+``model.init_tts``, which loads token2wav afresh, on every call), and ``prepare`` calls
+``model.init_streaming_processor()`` and seeds that token2wav's stream caches, so two
+conversations interleaved on one model would overwrite each other's.
+
+The contract was read in a copy of the checkpoint's remote code (chmod777john/MiniCPM-o-Demo
+``MiniCPMO45/modeling_minicpmo.py`` @ d5e99a79b69e): ``as_duplex(device=None, **kwargs)``
+reads only the keys of ``MiniCPMODuplex._default_duplex_params`` and ignores any other
+name without a word, so the stage passes nothing else (the test double enforces it); the
+config takes ``init_vision`` / ``init_audio`` / ``init_tts`` (all True by default), which
+``from_pretrained`` routes to it.
 """
 
 from __future__ import annotations
@@ -122,8 +131,9 @@ class TransformersDuplexFactory(UpstreamDuplexFactory):
                 init_audio=True,
                 init_tts=True,
             )
+            # No model.init_tts() here: as_duplex calls it (token2wav, with the deployment's
+            # enable_float16 / n_timesteps) for every conversation.
             model = model.eval().to(options.device)
-            model.init_tts()
             if not callable(getattr(model, "as_duplex", None)):
                 raise MiniCPMOUnavailableError(
                     f"minicpmo-4.5 cannot start: the remote code in {options.model_dir} has no "

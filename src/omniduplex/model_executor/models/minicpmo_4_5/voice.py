@@ -1,4 +1,4 @@
-"""The conversation's voice and system prompt, as upstream's ``prepare`` takes them.
+"""The conversation's voice, as upstream's ``prepare`` takes it.
 
 A voice is 16 kHz mono float32 reference audio (``ref_audio``: it goes into the context)
 plus a WAV file of it (``prompt_wav_path``: it seeds token2wav). It comes from the
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import wave
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,22 +29,6 @@ class VoiceError(ValueError):
     def __init__(self, message: str, code: str = "invalid_duplex_runtime_config") -> None:
         super().__init__(message)
         self.code = code
-
-
-@dataclass(frozen=True, slots=True)
-class SystemPrompt:
-    """``prepare``'s prefix and suffix around the reference audio (models.md §1.3)."""
-
-    prefix: str
-    suffix: str
-
-
-def system_prompt(instructions: str, *, with_ref_audio: bool) -> SystemPrompt:
-    if with_ref_audio:
-        return SystemPrompt(
-            f"<|im_start|>system\n{instructions}\n<|audio_start|>", "<|audio_end|><|im_end|>"
-        )
-    return SystemPrompt(f"<|im_start|>system\n{instructions}", "<|im_end|>")
 
 
 def resolve_voice(options: MiniCPMO45Options, voice: str | None) -> Path | None:
