@@ -61,6 +61,9 @@ def aggregate_stream(recs: list[SessionRecorder], started: float) -> dict[str, A
         "frames_ahead_of_input": sum(s["frames_ahead_of_input"] for s in summaries),
         "gaps_inferred": sum(s["gaps_inferred"] for s in summaries),
         "timeline": buckets,
+        # The client perf_counter the timeline's seconds count from (for in-process callers
+        # that act on the server mid-run, e.g. a benchmark that stalls it).
+        "timeline_origin_perf_s": started,
     }
 
 
