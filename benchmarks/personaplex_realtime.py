@@ -61,7 +61,11 @@ LEVELS = (1, 2, 4, 8, 16, 24, 32, 48, 64)
 FRAME_MS = 80
 STALL_S = 1.0
 #: ``/metrics`` counters that say what the server did with late input, by name fragment.
-INPUT_COUNTER_WORDS = ("drop", "starv", "backlog", "catch")
+INPUT_COUNTER_WORDS = ("drop", "stale", "starv", "backlog", "catch", "deadline")
+#: Of those: input the server dropped (each shifts the bench's frame count one frame late)
+#: and silence it stepped for a session whose frame was not there (one frame early).
+DROPPED_WORDS = ("drop", "stale")
+STARVED_WORDS = ("starv",)
 #: Output a session keeps speaking through (frames); far past any run here.
 ALWAYS_SPEAKING = 1_000_000
 
@@ -266,6 +270,19 @@ async def stall(sessions: int, before_s: float, after_s: float, folder: Path) ->
     at = stalled_at["perf_s"] - stream["timeline_origin_perf_s"]
     timeline = stream["timeline"]
     end = timeline[-1]["t_s"] + 1 if timeline else 0
+    last = window(timeline, end - 10.0, end)
+    deltas = {
+        name: round(value - counters["before"].get(name, 0.0), 3)
+        for name, value in counters["after"].items()
+        if any(word in name for word in INPUT_COUNTER_WORDS)
+        and not name.endswith("_created")
+        and value != counters["before"].get(name, 0.0)
+    }
+
+    def total(words: tuple[str, ...]) -> float:
+        return sum(v for name, v in deltas.items() if any(word in name for word in words))
+
+    shift = round((total(DROPPED_WORDS) - total(STARVED_WORDS)) / sessions, 3)
     return {
         "sessions": sessions,
         "processes_stopped": len(pids),
@@ -273,17 +290,19 @@ async def stall(sessions: int, before_s: float, after_s: float, folder: Path) ->
         "stall_at_s": round(at, 3),
         "before": window(timeline, 1.0, at),
         "first_5s_after": window(timeline, at + STALL_S, at + STALL_S + 5.0),
-        "last_10s": window(timeline, end - 10.0, end),
+        "last_10s": last,
         "last_10s_ends_s_after_stall": round(end - at - STALL_S, 1),
         # What the server counted doing with late input from the stall on (any counter
         # of /metrics whose name says drop, starve, backlog or catch-up), if it has any:
         # the bench's frame count reads input the server dropped as latency.
-        "server_input_counters": {
-            name: round(value - counters["before"].get(name, 0.0), 3)
-            for name, value in counters["after"].items()
-            if any(word in name for word in INPUT_COUNTER_WORDS)
-            and value != counters["before"].get(name, 0.0)
-        },
+        "server_input_counters": deltas,
+        # The frame count's shift those counters imply, per session (all sessions stalled
+        # alike), and the last 10 s read with it removed: an estimate, for servers that
+        # drop input on purpose after a stall.
+        "count_shift_frames_per_session": shift,
+        "last_10s_shift_corrected_p50_ms": (
+            round(last["p50_ms"] - shift * FRAME_MS, 3) if last["p50_ms"] is not None else None
+        ),
         "timeline": timeline,
         "point": level_point(results, sessions),
     }
