@@ -178,8 +178,9 @@ def test_stream_against_personaplex_tiny_in_80ms_chunks(tmp_path: Path) -> None:
         warm_up(server.ws_url, tmp_path / "warm.json")
         results = bench_stream(
             server.ws_url, tmp_path / "out.json", "--sessions", "2", "--duration", "5",
-            "--chunk-ms", "80",
+            "--chunk-ms", "80", "--plot", str(tmp_path / "out.png"),
         )  # fmt: skip
+    assert (tmp_path / "out.png").read_bytes().startswith(b"\x89PNG")
     assert results["config"]["chunk_ms"] == 80
     assert results["config"]["scenario"] == "stream"
     assert results["aggregate"]["errors_by_code"] == {}  # no commit was refused

@@ -12,6 +12,7 @@ _CURVES = (
     ("barge_in_stop_ms", "cancel -> done(cancelled)"),
     ("event_lag_ms", "event lag"),
     ("resume_ms", "resume"),
+    ("frame_latency_ms", "frame latency (stream)"),
     ("floor_ms", "floor (heartbeat RTT)"),
 )
 
