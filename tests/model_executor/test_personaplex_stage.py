@@ -2,7 +2,8 @@
 
 Needs torch and moshi (skipped without them). Every test drives the real stepping code
 (Mimi encode, LM step, Mimi decode) through the ``StageModel`` API, with ``realtime``
-off (ticks as inputs arrive) or a fake clock, so nothing depends on wall time.
+off (ticks as inputs arrive), so nothing depends on wall time; real-time pacing is in
+``test_personaplex_pacing.py``.
 """
 
 from __future__ import annotations
@@ -53,14 +54,6 @@ def drain(model: PersonaPlexStageModel) -> list:
     while ready := model.ready_request_ids():
         outputs += model.step(ready)
     return outputs
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(scope="module")
@@ -169,33 +162,6 @@ def test_turn_state_yields_well_formed_speak_listen_stretches() -> None:
             assert speaking
             speaking = phase != "listen"
     assert "listen" in phases
-
-
-def test_realtime_ticks_feed_silence_to_a_client_that_falls_behind() -> None:
-    clock = FakeClock()
-    model = make(slots=2, realtime=True, clock=clock)
-    fast, slow = rid("fast"), rid("slow")
-    model.add_request(fast, unit(frames(1, 1)[0], seed=1))
-    model.add_request(slow, unit(frames(2, 1)[0], seed=2))
-    assert model.ready_request_ids() == [fast, slow]  # the first tick is due at once
-    ticks = 0
-    for t in range(30):
-        ready = model.ready_request_ids()
-        assert set(ready) == {fast, slow}  # the tick never waits for the slow client
-        model.step(ready)
-        ticks += 1
-        assert model.ready_request_ids() == []
-        assert model.wake_after_s() == pytest.approx(0.08)
-        clock.now += 0.08
-        model.update_request(fast, unit(frames(10 + t, 1)[0]))  # slow sends nothing more
-    assert model.stats.forward_calls == ticks
-    # 12 prompt frames need no input; the slow client starved every live frame after
-    # its one frame, the fast one never.
-    assert model.stats.starved_frames == ticks - 12 - 1
-    model.abort(slow)  # the vanished client's session is closed: the other goes on
-    assert model.ready_request_ids() == [fast]
-    model.step([fast])
-    model.close()
 
 
 def test_a_queue_past_its_bound_drops_the_oldest_frames() -> None:

@@ -32,9 +32,21 @@ class PersonaPlexOptions:
     ``moshi`` constructors (CPU tests and benchmarks; ``seed`` fixes the weights);
     ``pretrained`` loads ``model_dir`` (a local folder) or ``hf_repo`` (the HF cache).
     ``slots``: the fixed batch table; every live session owns one slot and every 80 ms
-    tick steps the whole table in one forward pass. ``realtime``: tick every 80 ms of
-    wall time (a session with no input queued gets silence); ``false``: tick as soon as
-    every live session has a frame queued (tests, benchmarks).
+    tick steps the whole table in one forward pass. ``realtime: false`` ticks as soon as
+    every live session has a frame queued, never drops input (tests, benchmarks).
+
+    ``realtime: true`` keeps real time (``pacing.py``): the table steps as soon as every
+    live session's frame is there; when one is missing it waits at most
+    ``tick_grace_ms`` past the 80 ms period, then steps with silence for that session.
+    Catch-up: a session holding more than ``max_backlog_frames`` queued frames (after an
+    overrun step or a burst) makes the table step again at once, advancing only the
+    sessions with input, until every session is back within that bound. A session never
+    queues more than ``max_input_lag_ms`` of audio (5 frames at 400 ms): a real-time
+    client's k-th newest frame is k x 80 ms old, so the oldest beyond the bound are
+    dropped as new ones arrive, and a stall or a burst costs a session at most that
+    much latency. Audio that arrives while a session's prompt (voice + persona) is
+    being fed is dropped except the newest frame, which is its first live frame and is
+    stepped at the next tick. Every drop is counted (``PersonaPlexStats``).
     """
 
     model: str = "tiny"
@@ -67,6 +79,10 @@ class PersonaPlexOptions:
     listen_hangover_frames: int = 6
     # Input frames a session may queue ahead of the tick (10 s); older ones are dropped.
     max_queued_frames: int = 125
+    # Real-time pacing (``realtime: true``): see the class docstring.
+    tick_grace_ms: int = 20
+    max_backlog_frames: int = 1
+    max_input_lag_ms: int = 400
 
     def __post_init__(self) -> None:
         if self.model not in MODEL_KINDS:
@@ -79,6 +95,9 @@ class PersonaPlexOptions:
             "max_persona_tokens",
             "listen_hangover_frames",
             "max_queued_frames",
+            "tick_grace_ms",
+            "max_backlog_frames",
+            "max_input_lag_ms",
             "tiny_text_card",
             "tiny_card",
         ):
@@ -87,6 +106,12 @@ class PersonaPlexOptions:
                 raise ValueError(f"personaplex option {name} must be a non-negative integer")
         if self.slots < 1 or self.max_queued_frames < 1 or self.listen_hangover_frames < 1:
             raise ValueError("personaplex options slots, max_queued_frames and hangover must be >0")
+        lag_frames = self.max_input_lag_ms // FRAME_MS
+        if self.max_backlog_frames < 1 or lag_frames <= self.max_backlog_frames:
+            raise ValueError(
+                "personaplex options need max_backlog_frames >= 1 and max_input_lag_ms of"
+                f" more than max_backlog_frames x {FRAME_MS} ms"
+            )
         if self.tiny_text_card < 5:
             raise ValueError("personaplex option tiny_text_card must exceed the padding id 3")
         for name in ("temperature", "temperature_text"):

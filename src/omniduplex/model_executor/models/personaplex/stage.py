@@ -16,9 +16,11 @@ Slots join and leave between ticks: a joining slot is reset with a per-slot mask
 exec mask. Because the table's shape never changes, a slot's arithmetic does not depend
 on its neighbours: a session's output is the same with or without others (same seed).
 
-Pacing. ``realtime: true`` ticks every 80 ms of wall time (``wake_after_s`` tells the
-scheduler when); ``realtime: false`` ticks as soon as every live slot has a frame queued
-(or a prompt frame left): deterministic, as fast as the inputs come.
+Pacing. ``realtime: true`` steps when the inputs are there and keeps real time for a
+client that is behind (``pacing.py``: ready, catch-up and deadline steps; stale and
+prompt-time input dropped and counted; ``wake_after_s`` tells the scheduler when the
+deadline is). ``realtime: false`` ticks as soon as every live slot has a frame queued (or
+a prompt frame left) and drops nothing: deterministic, as fast as the inputs come.
 
 A new epoch's request for a session that already owns a slot (after a response cancel)
 takes the slot over: the conversation goes on, the rest of the current stretch of speech
@@ -31,9 +33,7 @@ import copy
 import os
 import secrets
 import time
-from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,46 +42,11 @@ from omniduplex.engine.duplex.contracts import epoch_of_request, session_id_of_r
 from omniduplex.engine.stage import StageInput, StageModel, StageOutput
 
 from .options import FRAME_MS, FRAME_SAMPLES, SILENCE_TOKENS, SINE_TOKENS, PersonaPlexOptions
+from .pacing import TickPacer
 from .prompts import load_voice_audio, resolve_voice, wrap_persona
+from .table import Frame, PersonaPlexStats, Slot
 
-
-@dataclass(slots=True)
-class PersonaPlexStats:
-    """What tests and benchmarks read to check batching."""
-
-    forward_calls: int = 0  # table steps (one batched forward pass each)
-    frames_emitted: int = 0
-    starved_frames: int = 0  # frames a live session got silence for (client behind)
-    dropped_frames: int = 0  # queued frames dropped past ``max_queued_frames``
-    last_batch_size: int = 0  # live slots in the last step
-    max_batch_size: int = 0
-    batch_sizes: Counter[int] = field(default_factory=Counter)
-    last_step_s: float = 0.0
-
-
-@dataclass(slots=True)
-class _Slot:
-    index: int
-    session_id: str
-    request_id: str
-    epoch: int
-    seed: int
-    temp: float
-    temp_text: float
-    top_k: int
-    top_k_text: int
-    prompt_text: list[int]
-    prompt_audio: np.ndarray  # [8, P] agent codes forced during the prompt (delays applied)
-    queue: deque[np.ndarray] = field(default_factory=deque)
-    steps: int = 0
-    fresh: bool = True  # reset its streaming rows before its first step
-    speaking: bool = False
-    quiet: int = 0
-    muted: bool = False
-
-    @property
-    def prompt_frames(self) -> int:
-        return len(self.prompt_text)
+__all__ = ["PersonaPlexStageModel", "PersonaPlexStats"]
 
 
 class PersonaPlexStageModel(StageModel):
@@ -127,12 +92,18 @@ class PersonaPlexStageModel(StageModel):
         self.lm_gen = runtime.SlotLMGen(lm)
         self.lm_gen.streaming_forever(n)
         models.mimi.streaming_forever(n)
-        self._slots: list[_Slot | None] = [None] * n
-        self._by_request: dict[str, _Slot] = {}
-        self._by_session: dict[str, _Slot] = {}
+        self._slots: list[Slot | None] = [None] * n
+        self._by_request: dict[str, Slot] = {}
+        self._by_session: dict[str, Slot] = {}
         self._generators = [torch.Generator(device="cpu") for _ in range(n)]
         self._superseded: list[str] = []
-        self._next_tick: float | None = None
+        self._lag_frames = self.options.max_input_lag_ms // FRAME_MS
+        self._pacer = TickPacer(
+            period_s=FRAME_MS / 1000.0,
+            grace_s=self.options.tick_grace_ms / 1000.0,
+            max_backlog_frames=self.options.max_backlog_frames,
+            clock=clock,
+        )
         self._apply_exec_mask()
 
     # ---- request lifecycle ----------------------------------------------------------
@@ -140,6 +111,11 @@ class PersonaPlexStageModel(StageModel):
     @property
     def live_request_ids(self) -> tuple[str, ...]:
         return tuple(s.request_id for s in self._slots if s is not None)
+
+    def input_backlog(self, request_id: str) -> int:
+        """Input frames the request's session has queued, waiting for a tick."""
+        slot = self._by_request.get(request_id)
+        return 0 if slot is None else slot.backlog
 
     def add_request(self, request_id: str, inputs: StageInput) -> None:
         session_id = session_id_of_request(request_id) or request_id
@@ -166,8 +142,7 @@ class PersonaPlexStageModel(StageModel):
             self._by_request[request_id] = held
             self._by_session[session_id] = held
         self._ingest(held, inputs.data)
-        if self._next_tick is None:
-            self._next_tick = self._clock()
+        self._pacer.start()
 
     def update_request(self, request_id: str, inputs: StageInput) -> None:
         slot = self._by_request.get(request_id)
@@ -185,13 +160,13 @@ class PersonaPlexStageModel(StageModel):
         self._by_session.pop(slot.session_id, None)
         self._apply_exec_mask()
         if not self._by_request:
-            self._next_tick = None
+            self._pacer.stop()
 
     def close(self) -> None:
         for rid in list(self._by_request):
             self.abort(rid)
 
-    def _ingest(self, slot: _Slot, data: Mapping[str, Any]) -> None:
+    def _ingest(self, slot: Slot, data: Mapping[str, Any]) -> None:
         audio = data.get("audio")
         if audio is None:
             return
@@ -200,14 +175,25 @@ class PersonaPlexStageModel(StageModel):
             raise ValueError(f"personaplex input must be {FRAME_SAMPLES} samples per frame")
         if not np.isfinite(samples).all():
             raise ValueError("personaplex input contains NaN or infinite samples")
-        slot.queue.append(samples)
+        if self.options.realtime and slot.prompting:
+            # The prompt is being fed: what the client said meanwhile is not heard. Only
+            # the newest frame stays, the session's first live frame (next tick).
+            self.stats.prompt_frames_dropped += len(slot.queue)
+            slot.queue.clear()
+        slot.queue.append(Frame(samples, self._clock()))
+        if self.options.realtime:
+            # A real-time client's k-th newest frame is k periods old: beyond the lag
+            # bound the oldest are dropped, so a stall or a burst costs at most that.
+            while len(slot.queue) > self._lag_frames:
+                slot.queue.popleft()
+                self.stats.stale_frames += 1
         while len(slot.queue) > self.options.max_queued_frames:
             slot.queue.popleft()
             self.stats.dropped_frames += 1
 
     def _new_slot(
         self, index: int, session_id: str, request_id: str, epoch: int, config: dict[str, Any]
-    ) -> _Slot:
+    ) -> Slot:
         opts = self.options
         seed = config.get("seed")
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -227,7 +213,7 @@ class PersonaPlexStageModel(StageModel):
             d = self._delays[1 + k]
             if d < total:
                 forced[k, d:] = agent[k, : total - d]
-        slot = _Slot(
+        slot = Slot(
             index=index,
             session_id=session_id,
             request_id=request_id,
@@ -244,7 +230,7 @@ class PersonaPlexStageModel(StageModel):
         self._generators[index].manual_seed(slot.seed)
         return slot
 
-    def _apply_sampling(self, slot: _Slot, config: Mapping[str, Any]) -> None:
+    def _apply_sampling(self, slot: Slot, config: Mapping[str, Any]) -> None:
         for key, attr in (
             ("temperature", "temp"),
             ("temperature_text", "temp_text"),
@@ -282,16 +268,15 @@ class PersonaPlexStageModel(StageModel):
         if not live:
             return []
         if self.options.realtime:
-            if self._next_tick is None or self._clock() < self._next_tick:
-                return []
-        elif not all(s.queue or s.steps < s.prompt_frames for s in live):
+            return [s.request_id for s in self._pacer.due_batch(live)]
+        if not all(s.ready for s in live):
             return []
         return [s.request_id for s in live]
 
     def wake_after_s(self) -> float | None:
-        if not self.options.realtime or self._next_tick is None or not self._by_request:
+        if not self.options.realtime or not self._by_request:
             return None
-        return max(0.0, self._next_tick - self._clock())
+        return self._pacer.wake_after_s()
 
     # ---- stepping -------------------------------------------------------------------
 
@@ -305,7 +290,7 @@ class PersonaPlexStageModel(StageModel):
         self.models.mimi.set_exec_mask(mask)
 
     def step(self, request_ids: Sequence[str]) -> list[StageOutput]:
-        started = time.perf_counter()
+        started = self._clock()
         batch = [self._by_request[rid] for rid in request_ids if rid in self._by_request]
         outputs: list[StageOutput] = [
             self.output(rid, {"kind": "superseded"}, finished=True) for rid in self._superseded
@@ -313,19 +298,36 @@ class PersonaPlexStageModel(StageModel):
         self._superseded.clear()
         if not batch:
             return outputs
-        outputs.extend(self._tick(batch))
-        self.stats.forward_calls += 1
-        self.stats.last_batch_size = len(batch)
-        self.stats.max_batch_size = max(self.stats.max_batch_size, len(batch))
-        self.stats.batch_sizes[len(batch)] += 1
-        self.stats.last_step_s = time.perf_counter() - started
-        if self.options.realtime and self._next_tick is not None:
-            # Anchored cadence; a tick that ran late does not push every later one back,
-            # but a stall is not "caught up" with a burst either.
-            self._next_tick = max(self._next_tick + FRAME_MS / 1000.0, self._clock())
+        full = len(batch) == sum(s is not None for s in self._slots)
+        starved_before = self.stats.starved_frames
+        outputs.extend(self._tick(batch, started))
+        starved = self.stats.starved_frames > starved_before
+        stats = self.stats
+        stats.forward_calls += 1
+        stats.last_batch_size = len(batch)
+        stats.max_batch_size = max(stats.max_batch_size, len(batch))
+        stats.batch_sizes[len(batch)] += 1
+        stats.last_step_s = self._clock() - started
+        if self.options.realtime:
+            stats.catchup_ticks += not full
+            stats.deadline_ticks += starved
+            self._pacer.stepped(started=started, full=full, starved=starved)
         return outputs
 
-    def _tick(self, batch: list[_Slot]) -> list[StageOutput]:
+    def _take_input(self, slot: Slot, now: float) -> np.ndarray | None:
+        """The slot's next input frame, recording how long it waited for its step."""
+        if not slot.queue:
+            return None
+        frame = slot.queue.popleft()
+        wait = max(0.0, now - frame.arrived_at)
+        stats = self.stats
+        stats.input_frames += 1
+        stats.input_wait_s_sum += wait
+        stats.input_wait_s_max = max(stats.input_wait_s_max, wait)
+        stats.last_input_wait_s = wait
+        return frame.samples
+
+    def _tick(self, batch: list[Slot], now: float) -> list[StageOutput]:
         torch = self._torch
         n = self.options.slots
         fresh = [s.index for s in batch if s.fresh]
@@ -347,12 +349,12 @@ class PersonaPlexStageModel(StageModel):
         starved: set[int] = set()
         for slot in batch:
             i = slot.index
-            if slot.steps < slot.prompt_frames:
+            if slot.prompting:
                 prompting[i] = True
                 forced_text[i] = slot.prompt_text[slot.steps]
                 forced_audio[i] = torch.from_numpy(slot.prompt_audio[:, slot.steps])
-            elif slot.queue:
-                pcm[i, 0] = slot.queue.popleft()
+            elif (samples := self._take_input(slot, now)) is not None:
+                pcm[i, 0] = samples
             else:
                 starved.add(i)  # the client is behind: silence, the tick goes on
         self.stats.starved_frames += len(starved)
@@ -399,7 +401,7 @@ class PersonaPlexStageModel(StageModel):
         self.stats.frames_emitted += len(outputs)
         return outputs
 
-    def _noise_width(self, slot: _Slot) -> int:
+    def _noise_width(self, slot: Slot) -> int:
         return max(1, min(max(slot.top_k, slot.top_k_text), self._noise_k))
 
     def _sampling_tensors(self) -> Any:
@@ -419,7 +421,7 @@ class PersonaPlexStageModel(StageModel):
         )
 
     def _frame(
-        self, slot: _Slot, token: int, audio: np.ndarray, frame: int
+        self, slot: Slot, token: int, audio: np.ndarray, frame: int
     ) -> dict[str, Any] | None:
         """Turn state of one live output frame; None when nothing goes to the session."""
         text = self.models.text.piece(token)
