@@ -20,6 +20,10 @@ Phases, one after the other on this machine:
    SIGCONT; the sessions stream on for ``--stall-after-s`` (60 s) and the frame latency per
    second is compared before the stall (the floor), just after it and at its end.
 
+4. ``moshi_server``: Kyutai's ``moshi.server`` on the same tiny weights
+   (``moshi_server.py``): one process with two sessions, then 1, 2, 4, 6, 8, 12 processes
+   with one session each (two failing levels in a row end it), measured the same way.
+
 The end-to-end figure against the stage-only one is the issue's target (end to end >= 75 %
 of stage-only); the stall's target is latency back at its floor.
 
@@ -50,6 +54,7 @@ os.environ.setdefault("NO_TORCH_COMPILE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import omniduplex
+from moshi_server import MoshiServer, export_tiny, stream_sessions
 from omniduplex.bench.runner import BenchConfig, run_bench
 from omniduplex.bench.server_stats import fetch_metrics
 from omniduplex.bench.timeline import REALTIME_P95_MS, REALTIME_RATE
@@ -58,6 +63,8 @@ from reliability import ServedProcess
 
 RESULTS = Path(__file__).parent / "results"
 LEVELS = (1, 2, 4, 8, 16, 24, 32, 48, 64)
+#: moshi.server processes (one session each) to try, in order.
+MOSHI_PROCESSES = (1, 2, 4, 6, 8, 12)
 FRAME_MS = 80
 STALL_S = 1.0
 #: ``/metrics`` counters that say what the server did with late input, by name fragment.
@@ -177,14 +184,18 @@ def level_point(results: dict[str, Any], sessions: int) -> dict[str, Any]:
 def stage_only(levels: tuple[int, ...], quick: bool) -> dict[str, Any]:
     ticks, warmup = (10, 14) if quick else (40, 16)
     per_batch: dict[str, Any] = {}
+    failures_in_a_row = 0
     for batch in levels:
         result = run_batch(batch, ticks, warmup)
         per_batch[str(batch)] = {k: round(v, 3) for k, v in result.items()}
         print(f"stage only B={batch:3d}  p50 {result['p50_ms']:7.2f}  p90 {result['p90_ms']:7.2f}")
-        if result["p90_ms"] > FRAME_MS:
+        # As the end-to-end ramp: two levels in a row over the frame end it.
+        failures_in_a_row = failures_in_a_row + 1 if result["p90_ms"] > FRAME_MS else 0
+        if failures_in_a_row == 2:
             break
     fitting = [int(b) for b, r in per_batch.items() if r["p90_ms"] <= FRAME_MS]
     return {
+        "load_average": load(),
         "ticks": ticks,
         "per_batch": per_batch,
         "max_sessions_within_tick": max(fitting) if fitting else 0,
@@ -308,6 +319,54 @@ async def stall(sessions: int, before_s: float, after_s: float, folder: Path) ->
     }
 
 
+async def moshi_phase(duration_s: float, folder: Path) -> dict[str, Any]:
+    """``moshi.server`` on the same weights: one process with two sessions (the second
+    waits on its lock), then N processes with one session each until two levels in a row
+    do not hold every session in real time."""
+    paths = export_tiny(folder)
+
+    async def run(processes: int, sessions_per_process: int) -> dict[str, Any]:
+        servers = [MoshiServer(paths) for _ in range(processes)]
+        try:
+            await asyncio.gather(*(server.wait_ready() for server in servers))
+            urls = [s.url for s in servers for _ in range(sessions_per_process)]
+            result = await stream_sessions(urls, duration_s)
+        finally:
+            for server in servers:
+                server.stop()
+        result["processes"] = processes
+        result["load_average"] = load()
+        print(
+            f"moshi.server {processes} process(es) x {sessions_per_process} session(s): "
+            f"held {result['sessions_held_realtime']} of {result['sessions']} "
+            f"(handshakes {result['handshakes']}), latency p50 "
+            f"{(result['frame_latency_p50_ms_median'] or {}).get('p50')} ms, load {load()}"
+        )
+        return result
+
+    one_process = await run(1, 2)
+    levels: list[dict[str, Any]] = []
+    failures_in_a_row = 0
+    for processes in MOSHI_PROCESSES:
+        level = await run(processes, 1)
+        levels.append(level)
+        held = level["sessions_held_realtime"] == processes
+        failures_in_a_row = 0 if held else failures_in_a_row + 1
+        if failures_in_a_row == 2:
+            break
+    held_levels = [
+        lv["processes"] for lv in levels if lv["sessions_held_realtime"] == lv["sessions"]
+    ]
+    one = levels[0]["per_session"][0] if levels and levels[0]["per_session"] else None
+    return {
+        "duration_s": duration_s,
+        "one_process_two_sessions": one_process,
+        "processes": levels,
+        "max_processes_held": max(held_levels) if held_levels else 0,
+        "one_session_frame_latency_ms": one and one["frame_latency_ms"],
+    }
+
+
 # ---- output ------------------------------------------------------------------------------
 
 
@@ -377,6 +436,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             out["stall"] = await stall(
                 args.stall_sessions, args.stall_before_s, args.stall_after_s, folder
             )
+        if not args.no_moshi:
+            out["moshi_server"] = await moshi_phase(args.duration, folder)
     e2e, stage = out["end_to_end"]["max_sessions_held"], out["stage_only"]
     one = next((p for p in out["end_to_end"]["levels"] if p["sessions"] == 1), None)
     out["summary"] = {
@@ -392,6 +453,17 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "stall_latency_before_p50_ms": out.get("stall", {}).get("before", {}).get("p50_ms"),
         "stall_latency_last_10s_p50_ms": out.get("stall", {}).get("last_10s", {}).get("p50_ms"),
     }
+    moshi = out.get("moshi_server")
+    if moshi:
+        one_moshi = moshi["one_session_frame_latency_ms"] or {}
+        out["summary"].update(
+            moshi_server_one_process_sessions_held=moshi["one_process_two_sessions"][
+                "sessions_held_realtime"
+            ],
+            moshi_server_processes_held=moshi["max_processes_held"],
+            moshi_server_one_session_frame_latency_p50_ms=one_moshi.get("p50"),
+            moshi_server_one_session_frame_latency_p95_ms=one_moshi.get("p95"),
+        )
     out["machine"] = {
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
@@ -410,6 +482,7 @@ def main() -> None:
     parser.add_argument("--stall-sessions", type=int, default=4, help="0: no stall phase")
     parser.add_argument("--stall-before-s", type=float, default=None, help="15; quick 6")
     parser.add_argument("--stall-after-s", type=float, default=None, help="60; quick 15")
+    parser.add_argument("--no-moshi", action="store_true", help="skip the moshi.server phase")
     parser.add_argument("--out", default="personaplex_realtime", help="results file stem")
     parser.add_argument("--label", default=None, help="what this run measures (plot title)")
     args = parser.parse_args()
