@@ -264,3 +264,17 @@ def test_the_deployment_s_session_options_are_checked() -> None:
     for name in ("session_turn_detection", "session_eagerness", "session_backchannel_policy"):
         with pytest.raises(ValueError, match=name):
             CascadeOptions.from_mapping({name: "sometimes"})
+
+
+async def test_without_a_turn_model_semantic_vad_sessions_start_as_server_vad_with_one_warning(
+    tmp_path, caplog
+) -> None:
+    path = write_deploy(tmp_path, session_turn_detection="semantic_vad", turn_model="none")
+    with caplog.at_level("WARNING", logger="omniduplex.model_executor.models.cascade.plugin"):
+        async with DuplexOmni(load_deploy_config(path)) as omni:
+            handle = await omni.open_session({})
+            created = (await Reader(handle).until_type("session.created"))[-1]
+            await handle.close()
+    assert created.session["turn_detection"]["type"] == "server_vad"
+    warnings = [r.getMessage() for r in caplog.records if "semantic_vad" in r.getMessage()]
+    assert len(warnings) == 1 and "server_vad" in warnings[0]

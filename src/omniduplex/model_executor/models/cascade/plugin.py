@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -132,7 +132,14 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
         self.drafts_replies = self.transcribes_while_speaking and self.cascade_options.draft_replies
         self._data_plane = CascadeDataPlane()
         self._turn_model = _load_turn_model(self.cascade_options.turn_model)
-        self.engines = resolve_engines(self.cascade_options)
+        engines = resolve_engines(self.cascade_options)
+        if self.cascade_options.session_turn_detection == "semantic_vad" and not self._turn_model:
+            note = (
+                "sessions start with server_vad, not semantic_vad: no turn-completion model"
+                " (Smart Turn needs the semantic-vad extra, or turn_model is none)"
+            )
+            engines = replace(engines, fallbacks=(*engines.fallbacks, note))
+        self.engines = engines
         for note in self.engines.fallbacks:
             log.warning("cascade: %s", note)
 
