@@ -231,6 +231,8 @@ class Live:
     flushes: list[tuple[float, str, str]] = field(default_factory=list)
     user: list[np.ndarray] = field(default_factory=list)
     play_end: float = 0.0
+    # (arrival, response, where the client's queue ends after it): what it held when.
+    arrivals: list[tuple[float, str | None, float]] = field(default_factory=list)
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -285,6 +287,7 @@ class Live:
             start = max(t, self.play_end)
             self.pieces.append(Piece(start, pcm / 32768.0, response_id))
             self.play_end = start + pcm.size / RATE
+            self.arrivals.append((t, response_id, self.play_end))
         elif kind == "input_audio_buffer.speech_started":
             self._flush(t, None, "speech_started")
         elif kind == "output_audio_buffer.cleared":
@@ -539,9 +542,16 @@ def score(category: str, live: Live) -> dict[str, Any]:
                 and (loud := np.flatnonzero(np.abs(piece.samples) > 0.01)).size
             ]
             stop = max(heard, default=stop)
+        # Where the stop latency goes: what the client held when the user began (audio
+        # queued beyond that moment) and, for an interruption, when the last of the
+        # reply's audio arrived (a server that pauses the reply at once sends no more).
+        before = [end for t, rid, end in live.arrivals if rid == reply and t <= o0]
+        row["client_held_at_onset_s"] = round(max(0.0, (before or [o0])[-1] - o0), 3)
         if category == "backchannel":
             row["false_yield"] = bool(cut)
         else:
+            after = [t for t, rid, _ in live.arrivals if rid == reply and t > o0]
+            row["reply_audio_arrived_after_onset_s"] = round(after[-1] - o0, 3) if after else 0.0
             row["stop_latency_s"] = round(float(stop - o0), 3)
             # From the audio alone, as Full-Duplex-Bench does: silent before the user's
             # interruption is over (a reply that ends by itself then counts too).
