@@ -110,6 +110,18 @@ def test_deploy_files_load_and_agree_with_the_plugin(name: str) -> None:
     loaded = load_duplex_plugin(pipeline.duplex_plugin, stage.model.kwargs)
     assert loaded.plugin_id == "personaplex"
     assert (options.model == "tiny") == (name == "personaplex-tiny")
+    # Stepping runs in a process of its own, off the API event loop's GIL.
+    assert stage.worker == "process"
+    assert options.realtime and options.max_input_lag_ms // 80 > options.max_backlog_frames
+
+
+def test_pacing_options_that_could_not_catch_up_are_refused() -> None:
+    with pytest.raises(ValueError, match="max_backlog_frames"):
+        PersonaPlexOptions(max_backlog_frames=0)
+    with pytest.raises(ValueError, match="max_input_lag_ms"):
+        PersonaPlexOptions(max_backlog_frames=2, max_input_lag_ms=160)
+    with pytest.raises(ValueError, match="tick_grace_ms"):
+        PersonaPlexOptions(tick_grace_ms=-1)
 
 
 def test_client_preset_streams_f32_at_24k_with_voice_and_persona() -> None:

@@ -4,12 +4,17 @@ Needs torch and moshi (skipped without them). The tiny random model says noise, 
 stepping code is the real one: 80 ms ticks of Mimi encode -> LM -> Mimi decode over every
 live session of the worker. Assertions are on structure (units, lifecycles, ordering,
 counts), never on what the random model says or on wall-clock latency.
+
+``server`` is the deployment as shipped (the stage in a process of its own); the tests
+that read the stage model's own state use ``thread_server``, the same deployment with
+``worker: thread`` so the model lives in this process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import os
 import sys
 import time
@@ -26,10 +31,14 @@ pytest.importorskip("moshi")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoints" / "openai"))
 
-from server_harness import TIMEOUT_S, WireClient, run_server, wire
+import httpx
+from server_harness import TIMEOUT_S, WireClient, run_app, run_server, wire
 from websockets.asyncio.client import connect
 
 from omniduplex.clients.personaplex import create_duplex_session_config
+from omniduplex.config import load_deploy_config
+from omniduplex.entrypoints.duplex_omni import DuplexOmni
+from omniduplex.entrypoints.openai.api_server import build_app
 
 FRAME = 1920  # 80 ms at 24 kHz
 URL_QUERY = "?model=personaplex-tiny&duplex=1"  # reads the listen/speak decisions
@@ -38,6 +47,16 @@ URL_QUERY = "?model=personaplex-tiny&duplex=1"  # reads the listen/speak decisio
 @pytest.fixture(scope="module")
 def server():
     with run_server("personaplex-tiny") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def thread_server():
+    pipeline = load_deploy_config("personaplex-tiny")
+    stage = dataclasses.replace(pipeline.stages[0], worker="thread")
+    pipeline = dataclasses.replace(pipeline, stages=(stage,))
+    app = build_app(DuplexOmni(pipeline), model_name="personaplex-tiny")
+    with run_app(app) as running:
         yield running
 
 
@@ -164,7 +183,8 @@ async def test_barge_in_and_resume_get_their_documented_refusals(server) -> None
         await client.send({"type": "session.close"})
 
 
-async def test_slow_vanished_and_silent_clients_never_stall_the_tick(server) -> None:
+async def test_slow_vanished_and_silent_clients_never_stall_the_tick(thread_server) -> None:
+    server = thread_server
     model = stage_model(server)
     stats = model.stats
     async with (
@@ -209,7 +229,8 @@ async def test_slow_vanished_and_silent_clients_never_stall_the_tick(server) -> 
     assert model.live_request_ids == ()
 
 
-async def test_a_cancelled_response_keeps_the_conversation_and_its_slot(server) -> None:
+async def test_a_cancelled_response_keeps_the_conversation_and_its_slot(thread_server) -> None:
+    server = thread_server
     model = stage_model(server)
     async with wire(server.ws_url + URL_QUERY) as client:
         await open_session(client, seed=21)
@@ -231,3 +252,39 @@ async def test_a_cancelled_response_keeps_the_conversation_and_its_slot(server) 
             break
         await asyncio.sleep(0.05)
     assert model.live_request_ids == ()
+
+
+async def test_the_shipped_stage_steps_in_its_own_process_and_exports_its_counters(
+    server,
+) -> None:
+    worker = server.app.state.omni.engine.stages[0].worker
+    assert worker.pid is not None and worker.pid != os.getpid()
+    async with wire(server.ws_url + URL_QUERY) as client:
+        await open_session(client, seed=5)
+        # Streams from its first frame: what it sends during the prompt is dropped.
+        sender = asyncio.create_task(stream(client, 40, seed=5))
+        await collect(client, 2.5)
+        sender.cancel()
+        await client.send({"type": "session.close"})
+        await client.until("session.closed")
+    counters: dict[str, float] = {}
+    async with httpx.AsyncClient() as http:
+        for _ in range(100):  # the worker reports at most every 0.5 s
+            text = (await http.get(server.http_url + "/metrics")).text
+            counters = {
+                line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("omniduplex_stage_") and 'stage="personaplex"' in line
+            }
+            if counters.get("omniduplex_stage_input_frames_total", 0) >= 10:
+                break
+            await asyncio.sleep(0.05)
+    assert counters["omniduplex_stage_ticks_total"] >= 12 + 10
+    assert counters["omniduplex_stage_input_frames_total"] >= 10
+    for name in (
+        "catchup_ticks",
+        "input_stale_frames",
+        "input_starved_frames",
+        "prompt_input_dropped_frames",
+    ):
+        assert f"omniduplex_stage_{name}_total" in counters

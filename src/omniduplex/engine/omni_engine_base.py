@@ -37,8 +37,10 @@ from ..config.pipeline import PipelineConfig, StageConfig
 from .errors import EngineDeadError, EngineNotRunningError, EngineStartupError
 from .orchestrator import OrchestratorBase, OutputSink
 from .outputs import EngineDead
+from .stage.counters import StageCounterBook
 from .stage.handle import StageHandle
 from .stage.inprocess import InProcessStageWorker
+from .stage.messages import StageCounters
 from .stage.subprocess_worker import SubprocessStageWorker
 from .stage.worker import StageWorker, WorkerEventCallback
 
@@ -73,6 +75,7 @@ class OmniEngineBase(ABC):
         self._worker_events: list[object] = []
         self._worker_events_due = False
         self._worker_events_lock = threading.Lock()
+        self._counters = StageCounterBook()
         self._output_loop: asyncio.AbstractEventLoop | None = None
         self._outputs: asyncio.Queue[object] | None = None
         # Outputs of the current orchestrator loop iteration, not yet handed over.
@@ -136,6 +139,12 @@ class OmniEngineBase(ABC):
         if self._dead_reason is None and orchestrator is not None:
             return orchestrator.dead_reason
         return self._dead_reason
+
+    @property
+    def stage_counters(self) -> dict[str, dict[str, float]]:
+        """Each stage model's cumulative counters (``StageModel.counters``), by stage name."""
+        names = {stage.index: stage.name for stage in self._stages}
+        return self._counters.totals(names)
 
     @property
     def stages(self) -> tuple[StageHandle, ...]:
@@ -240,6 +249,9 @@ class OmniEngineBase(ABC):
 
     def _on_worker_event(self, event: object) -> None:
         # Runs on a worker's thread.
+        if isinstance(event, StageCounters):
+            self._counters.record(event)  # for /metrics; the orchestrator needs none
+            return
         loop = self._loop
         if loop is None:
             return

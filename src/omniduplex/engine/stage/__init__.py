@@ -5,6 +5,7 @@ from .inprocess import InProcessStageWorker
 from .messages import (
     AbortRequest,
     AddRequest,
+    StageCounters,
     StageInput,
     StageMetrics,
     StageOutput,
@@ -23,6 +24,7 @@ __all__ = [
     "AbortRequest",
     "AddRequest",
     "InProcessStageWorker",
+    "StageCounters",
     "StageHandle",
     "StageInbox",
     "StageInput",

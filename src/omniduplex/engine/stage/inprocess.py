@@ -6,7 +6,7 @@ import logging
 import threading
 from collections import deque
 
-from .messages import StageOutput, StageRequestMessage, StopWorker, WorkerDied
+from .messages import StageCounters, StageOutput, StageRequestMessage, StopWorker, WorkerDied
 from .model import StageModel
 from .scheduler import StageInbox, StageScheduler, run_scheduler_loop
 from .spec import StageModelSpec
@@ -116,7 +116,11 @@ class InProcessStageWorker(StageWorker):
             self._die((), reason)
             return
         scheduler = StageScheduler(
-            model, stage_index=self.stage_index, max_batch=self.max_batch, emit=self._emit
+            model,
+            stage_index=self.stage_index,
+            max_batch=self.max_batch,
+            emit=self._emit,
+            report=self._report,
         )
         self._model, self._scheduler = model, scheduler
         self._startup.open()
@@ -134,6 +138,9 @@ class InProcessStageWorker(StageWorker):
     def _emit(self, outputs: list[StageOutput]) -> None:
         for output in outputs:
             self._on_event(output)
+
+    def _report(self, counters: dict[str, float]) -> None:
+        self._on_event(StageCounters(self.stage_index, counters, self.generation))
 
     def _die(self, in_flight: tuple[str, ...], reason: str) -> None:
         self._dead = True

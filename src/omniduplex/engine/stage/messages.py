@@ -109,5 +109,18 @@ class WorkerDied:
     worker_generation: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class StageCounters:
+    """A stage model's cumulative counters (``StageModel.counters``), for ``/metrics``.
+
+    Its worker reports them after a step, at most every ``COUNTERS_EVERY_S``; they start
+    from zero again in a restarted worker (``worker_generation``).
+    """
+
+    stage_index: int
+    counters: dict[str, float]
+    worker_generation: int = 0
+
+
 StageRequestMessage = AddRequest | UpdateRequest | AbortRequest
-WorkerEvent = StageOutput | WorkerDied
+WorkerEvent = StageOutput | WorkerDied | StageCounters

@@ -61,6 +61,13 @@ class StageModel(ABC):
         """
         return None
 
+    def counters(self) -> dict[str, float]:
+        """Cumulative counts worth exporting (``/metrics``), by snake_case name.
+
+        Each value only grows while the model lives. Default: none.
+        """
+        return {}
+
     def close(self) -> None:  # noqa: B027 - optional hook, most models hold nothing
         """Release resources when the worker stops. Default: nothing to release."""
 

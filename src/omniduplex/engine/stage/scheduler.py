@@ -26,6 +26,10 @@ from .model import StageModel
 log = logging.getLogger(__name__)
 
 OutputEmitter = Callable[[list[StageOutput]], None]
+# Receives the model's counters (``StageModel.counters``) after a step, rate-limited.
+CounterReporter = Callable[[dict[str, float]], None]
+#: The most often a worker reports its model's counters (seconds).
+COUNTERS_EVERY_S = 0.5
 
 
 class StageInbox(ABC):
@@ -64,6 +68,7 @@ class StageScheduler:
         max_batch: int,
         emit: OutputEmitter,
         clock: Callable[[], float] = time.perf_counter,
+        report: CounterReporter | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
@@ -74,6 +79,8 @@ class StageScheduler:
         self._clock = clock
         self._books: dict[str, _RequestBook] = {}
         self.worker_step = 0
+        self._report = report
+        self._reported_at: float | None = None
         model.stage_index = stage_index
 
     @property
@@ -174,7 +181,23 @@ class StageScheduler:
         if not batch:
             return False
         self._step(batch)
+        self._report_counters()
         return True
+
+    def _report_counters(self) -> None:
+        if self._report is None:
+            return
+        now = self._clock()
+        if self._reported_at is not None and now - self._reported_at < COUNTERS_EVERY_S:
+            return
+        self._reported_at = now
+        try:
+            counters = self.model.counters()
+        except Exception:
+            log.exception("stage %d: counters() raised", self.stage_index)
+            return
+        if counters:
+            self._report(counters)
 
     def _step(self, batch: Sequence[str]) -> None:
         self.worker_step += 1

@@ -2,10 +2,12 @@
 
 The child is started with the ``spawn`` context, builds its model from a
 ``StageModelSpec`` and runs the same scheduler loop as the in-process worker. Requests go
-in through a ``multiprocessing`` queue (its feeder thread means ``submit`` never blocks
-the orchestrator loop, even while the child is busy in a long step); outputs come back
-through a pipe that a monitor thread watches together with the child's sentinel, so a
-child that dies for any reason (a signal, ``os._exit``, a failing constructor) becomes a
+in through a pipe written by a sender thread (so ``submit`` never blocks the orchestrator
+loop, even while the child is busy in a long step), which sends everything submitted
+since its last write as one list: the inputs that many sessions send during a step cross
+as one transfer, not one per session. A step's outputs come back as one list through a
+second pipe that a monitor thread watches together with the child's sentinel, so a child
+that dies for any reason (a signal, ``os._exit``, a failing constructor) becomes a
 ``WorkerDied`` event carrying the requests it held.
 
 Because of ``spawn``, a script that starts an engine with process stages must guard its
@@ -18,7 +20,6 @@ import contextlib
 import logging
 import multiprocessing
 import multiprocessing.connection
-import queue
 import signal
 import sys
 import threading
@@ -30,6 +31,7 @@ from typing import Any
 from .messages import (
     AbortRequest,
     AddRequest,
+    StageCounters,
     StageOutput,
     StageRequestMessage,
     StopWorker,
@@ -52,10 +54,62 @@ class _ChildReady:
 
 
 @dataclass(frozen=True, slots=True)
+class _ChildCounters:
+    counters: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
 class _ChildFailed:
     """Sent just before the child exits on purpose, so the parent can say why."""
 
     reason: str
+
+
+class _BatchSender:
+    """Writes what was submitted to the child, everything pending in one ``send``."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._pending: list[object] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def put(self, message: object) -> None:
+        with self._cond:
+            if not self._closed:
+                self._pending.append(message)
+                self._cond.notify()
+
+    def start(self, conn: multiprocessing.connection.Connection) -> None:
+        self._thread = threading.Thread(
+            target=self._run, args=(conn,), name=f"omni-{self._name}-sender", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop sending (what is still pending is dropped: the child is gone or stopping)."""
+        with self._cond:
+            self._closed = True
+            self._pending.clear()
+            self._cond.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(1.0)
+
+    def _run(self, conn: multiprocessing.connection.Connection) -> None:
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait_for(lambda: bool(self._pending) or self._closed)
+                    if self._closed:
+                        return
+                    batch, self._pending = self._pending, []
+                conn.send(batch)
+        except (OSError, ValueError):
+            # The child closed its end (it died or stopped); the monitor reports why.
+            log.debug("%s: request pipe closed", self._name)
+        finally:
+            conn.close()
 
 
 class SubprocessStageWorker(StageWorker):
@@ -77,7 +131,7 @@ class SubprocessStageWorker(StageWorker):
         self._on_event = on_event
         self._ctx = multiprocessing.get_context("spawn")
         # Created now so that messages submitted before start() are kept.
-        self._inbox: Any = self._ctx.Queue()
+        self._sender = _BatchSender(self.name)
         self._process: Any = None
         self._conn: multiprocessing.connection.Connection | None = None
         self._monitor: threading.Thread | None = None
@@ -104,16 +158,20 @@ class SubprocessStageWorker(StageWorker):
         if self._process is not None:
             raise StageWorkerError(f"{self.name}: already started")
         reader, writer = self._ctx.Pipe(duplex=False)
+        requests_in, requests_out = self._ctx.Pipe(duplex=False)
         self._process = self._ctx.Process(
             target=_child_main,
-            args=(self.stage_index, self.spec, self.max_batch, self._inbox, writer),
+            args=(self.stage_index, self.spec, self.max_batch, requests_in, writer),
             name=f"omni-{self.name}-g{self.generation}",
             daemon=True,
         )
         self._process.start()
-        # Only the child may hold the write end, or its death would never read as EOF.
+        # Only the child may hold the output's write end, or its death would never read
+        # as EOF; only we hold the requests' write end, so ours reads as EOF there.
         writer.close()
+        requests_in.close()
         self._conn = reader
+        self._sender.start(requests_out)
         self._monitor = threading.Thread(
             target=self._watch_child, name=f"omni-{self.name}-monitor", daemon=True
         )
@@ -134,7 +192,7 @@ class SubprocessStageWorker(StageWorker):
                 self._in_flight[message.request_id] = None
             elif isinstance(message, AbortRequest):
                 self._in_flight.pop(message.request_id, None)
-        self._inbox.put(message)
+        self._sender.put(message)
 
     def stop(self, timeout: float = 5.0) -> None:
         if self._stopping:
@@ -142,7 +200,7 @@ class SubprocessStageWorker(StageWorker):
         self._stopping = True
         process, monitor = self._process, self._monitor
         if process is not None and not self._dead:
-            self._inbox.put(StopWorker())
+            self._sender.put(StopWorker())
         # The monitor thread ends once it has reaped the child, so waiting for it is
         # waiting for the child.
         if monitor is not None and monitor is not threading.current_thread():
@@ -161,9 +219,7 @@ class SubprocessStageWorker(StageWorker):
             if self._inbox_released:
                 return
             self._inbox_released = True
-        # A dead child never drains the pipe; do not let the feeder thread hold up exit.
-        self._inbox.cancel_join_thread()
-        self._inbox.close()
+        self._sender.close()
 
     # ---- monitor thread -------------------------------------------------------------
 
@@ -221,6 +277,8 @@ class SubprocessStageWorker(StageWorker):
                     with self._lock:
                         self._in_flight.pop(output.request_id, None)
                 self._on_event(output)
+        elif isinstance(message, _ChildCounters):
+            self._on_event(StageCounters(self.stage_index, message.counters, self.generation))
         elif isinstance(message, _ChildReady):
             self._startup.open()
         elif isinstance(message, _ChildFailed):
@@ -244,37 +302,41 @@ def _describe_exit(pid: int | None, exitcode: int | None) -> str:
 # ---- child process --------------------------------------------------------------------
 
 
-class _QueueInbox(StageInbox):
-    def __init__(self, inbox: Any, parent_alive: Callable[[], bool]) -> None:
-        self._inbox = inbox
+class _PipeInbox(StageInbox):
+    """The child's end of the request pipe: each read is a list of messages."""
+
+    def __init__(
+        self, conn: multiprocessing.connection.Connection, parent_alive: Callable[[], bool]
+    ) -> None:
+        self._conn = conn
         self._parent_alive = parent_alive
 
     def get_many(self, *, block: bool, timeout: float | None = None) -> list[object]:
-        items: list[object] = []
         deadline = None if timeout is None else time.monotonic() + timeout
-        while block and not items:
-            wait = _PARENT_POLL_S
-            if deadline is not None:
-                wait = min(wait, deadline - time.monotonic())
-                if wait <= 0:
+        try:
+            while block:
+                wait = _PARENT_POLL_S
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0:
+                        return []
+                if self._conn.poll(wait):
                     break
-            try:
-                items.append(self._inbox.get(timeout=wait))
-            except queue.Empty:
                 if not self._parent_alive():
                     return [StopWorker()]
-        while True:
-            try:
-                items.append(self._inbox.get_nowait())
-            except queue.Empty:
-                return items
+            items: list[object] = []
+            while self._conn.poll(0):
+                items.extend(self._conn.recv())
+            return items
+        except (EOFError, OSError):
+            return [StopWorker()]  # the parent closed its end: it is gone
 
 
 def _child_main(
     stage_index: int,
     spec: StageModelSpec,
     max_batch: int,
-    inbox: Any,
+    requests: multiprocessing.connection.Connection,
     conn: multiprocessing.connection.Connection,
 ) -> None:
     # The parent decides when stages stop; a terminal Ctrl-C must not kill them first.
@@ -291,10 +353,15 @@ def _child_main(
     def emit(outputs: list[StageOutput]) -> None:
         conn.send(outputs)
 
-    scheduler = StageScheduler(model, stage_index=stage_index, max_batch=max_batch, emit=emit)
+    def report(counters: dict[str, float]) -> None:
+        conn.send(_ChildCounters(counters))
+
+    scheduler = StageScheduler(
+        model, stage_index=stage_index, max_batch=max_batch, emit=emit, report=report
+    )
     parent_alive = parent.is_alive if parent is not None else (lambda: True)
     try:
-        run_scheduler_loop(scheduler, _QueueInbox(inbox, parent_alive))
+        run_scheduler_loop(scheduler, _PipeInbox(requests, parent_alive))
     except BaseException as exc:
         with contextlib.suppress(OSError):  # the parent may be gone already
             conn.send(_ChildFailed(f"scheduler crashed: {type(exc).__name__}: {exc}"))

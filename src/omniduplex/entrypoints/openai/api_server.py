@@ -129,6 +129,7 @@ def build_app(
     handler_box: dict[str, RealtimeRoute] = {}
     metrics = ServerMetrics()
     metrics.requests_in_flight.set_function(lambda: float(omni.requests_in_flight))
+    metrics.watch_stage_counters(lambda: omni.engine.stage_counters)
     created = int(time.time())
 
     @asynccontextmanager

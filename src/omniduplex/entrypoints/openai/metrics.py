@@ -5,15 +5,21 @@ reply latency (commit -> first audio), barge-in stop latency (cancel received ->
 ``response.done`` sent), resumes, journal bytes and outbox drops; and for the requests
 outside sessions (chat completions, transcriptions, speech): how many were answered with
 which status, how long each took to its last byte (``RequestMetricsMiddleware``), and how
-many the engine runs now.
+many the engine runs now. Each stage model's own counters (``StageModel.counters``, e.g.
+the PersonaPlex table's dropped, stale and starved input and its catch-up steps) are
+``omniduplex_stage_<name>_total{stage="..."}``.
 """
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -80,6 +86,10 @@ class ServerMetrics:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
+    def watch_stage_counters(self, source: Callable[[], Mapping[str, Mapping[str, float]]]) -> None:
+        """Export ``source()`` (stage name -> counter name -> total) on every scrape."""
+        self.registry.register(_StageCounterCollector(source))
+
     def command_received(self, session_id: str, wire_type: str) -> None:
         if wire_type == "input_audio_buffer.append":
             self.appends.inc()
@@ -110,6 +120,28 @@ class ServerMetrics:
         self._committed_at.pop(session_id, None)
         self._cancel_at.pop(session_id, None)
         self._awaiting_audio.discard(session_id)
+
+
+class _StageCounterCollector(Collector):
+    def __init__(self, source: Callable[[], Mapping[str, Mapping[str, float]]]) -> None:
+        self._source = source
+
+    def describe(self) -> list[Any]:
+        return []  # names depend on the models: known only once they report
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        families: dict[str, CounterMetricFamily] = {}
+        for stage, counters in self._source().items():
+            for name, value in counters.items():
+                metric = "omniduplex_stage_" + re.sub(r"[^a-zA-Z0-9_]", "_", name)
+                family = families.get(metric)
+                if family is None:
+                    family = CounterMetricFamily(
+                        metric, f"stage model counter {name}", labels=["stage"]
+                    )
+                    families[metric] = family
+                family.add_metric([stage], float(value))
+        yield from families.values()
 
 
 class RequestMetricsMiddleware:

@@ -166,6 +166,22 @@ class PersonaPlexStageModel(StageModel):
         for rid in list(self._by_request):
             self.abort(rid)
 
+    def counters(self) -> dict[str, float]:
+        """What ``/metrics`` exports (``omniduplex_stage_<name>_total``)."""
+        stats = self.stats
+        return {
+            "ticks": stats.forward_calls,
+            "catchup_ticks": stats.catchup_ticks,
+            "deadline_ticks": stats.deadline_ticks,
+            "input_frames": stats.input_frames,
+            "input_wait_seconds": stats.input_wait_s_sum,
+            "input_starved_frames": stats.starved_frames,
+            "input_stale_frames": stats.stale_frames,
+            "input_overflow_dropped_frames": stats.dropped_frames,
+            "prompt_input_dropped_frames": stats.prompt_frames_dropped,
+            "frames_emitted": stats.frames_emitted,
+        }
+
     def _ingest(self, slot: Slot, data: Mapping[str, Any]) -> None:
         audio = data.get("audio")
         if audio is None:
