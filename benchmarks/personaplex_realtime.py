@@ -81,6 +81,27 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def stage_counters(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """The stage's own ``/metrics`` counters (``omniduplex_stage_*_total``) over a run, and
+    the mean time an input frame waited in the stage before it was stepped (the server's
+    view of the backlog), when the server exports them."""
+    deltas = {
+        name: round(value - before.get(name, 0.0), 6)
+        for name, value in after.items()
+        if name.startswith("omniduplex_stage_") and "_total" in name
+    }
+
+    def pick(fragment: str) -> float | None:
+        values = [v for name, v in deltas.items() if fragment in name]
+        return sum(values) if values else None
+
+    wait_s, frames = pick("_input_wait_seconds_total"), pick("_input_frames_total")
+    return {
+        "deltas": deltas,
+        "input_wait_mean_ms": round(wait_s / frames * 1000.0, 3) if wait_s and frames else None,
+    }
+
+
 # ---- the deployment ---------------------------------------------------------------------
 
 
@@ -211,16 +232,24 @@ async def end_to_end(levels: tuple[int, ...], duration_s: float, folder: Path) -
             await server.wait_ready()
             url = server.url("")
             attempts = await warm_up(url)
+            before = await fetch_metrics(server.http) or {}
             results = await run_bench(stream_config(url, sessions, duration_s))
+            counters = stage_counters(before, await fetch_metrics(server.http) or {})
         finally:
             server.stop()
-        point = {**level_point(results, sessions), "warm_up_sessions": attempts}
+        point = {
+            **level_point(results, sessions),
+            "warm_up_sessions": attempts,
+            "stage_input_wait_mean_ms": counters["input_wait_mean_ms"],
+            "stage_counters": counters["deltas"],
+        }
         points.append(point)
         print(
             f"end to end N={sessions:3d}  held {point['sessions_held_realtime']:3d}  "
             f"rate min {point['output_rate_min']}  latency p50/p95 "
             f"{point['frame_latency_p50_ms']}/{point['frame_latency_p95_ms']} ms  "
-            f"slope {point['latency_slope_ms_per_min_p50']} ms/min  load {point['load_average']}"
+            f"slope {point['latency_slope_ms_per_min_p50']} ms/min  "
+            f"stage input wait {point['stage_input_wait_mean_ms']} ms  load {point['load_average']}"
         )
         failures_in_a_row = 0 if point["held"] else failures_in_a_row + 1
         if failures_in_a_row == 2:
@@ -307,6 +336,7 @@ async def stall(sessions: int, before_s: float, after_s: float, folder: Path) ->
         # of /metrics whose name says drop, starve, backlog or catch-up), if it has any:
         # the bench's frame count reads input the server dropped as latency.
         "server_input_counters": deltas,
+        "stage_counters": stage_counters(counters["before"], counters["after"]),
         # The frame count's shift those counters imply, per session (all sessions stalled
         # alike), and the last 10 s read with it removed: an estimate, for servers that
         # drop input on purpose after a stall.
