@@ -40,12 +40,12 @@ class PersonaPlexOptions:
     ``tick_grace_ms`` past the 80 ms period, then steps with silence for that session.
     Catch-up: a session holding more than ``max_backlog_frames`` queued frames (after an
     overrun step or a burst) makes the table step again at once, advancing only the
-    sessions with input, until every session is back within that bound. A session never
+    sessions holding two or more, until none holds more than one. A session never
     queues more than ``max_input_lag_ms`` of audio (5 frames at 400 ms): a real-time
     client's k-th newest frame is k x 80 ms old, so the oldest beyond the bound are
     dropped as new ones arrive, and a stall or a burst costs a session at most that
     much latency. Audio that arrives while a session's prompt (voice + persona) is
-    being fed is dropped except the newest frame, which is its first live frame and is
+    being fed is dropped: its first live frame is the first to arrive after the prompt,
     stepped at the next tick. Every drop is counted (``PersonaPlexStats``).
     """
 
@@ -81,7 +81,7 @@ class PersonaPlexOptions:
     max_queued_frames: int = 125
     # Real-time pacing (``realtime: true``): see the class docstring.
     tick_grace_ms: int = 20
-    max_backlog_frames: int = 1
+    max_backlog_frames: int = 2
     max_input_lag_ms: int = 400
 
     def __post_init__(self) -> None:

@@ -7,13 +7,19 @@ a session's input pile up. The rules, in order (``TickPacer.due_batch``):
    step all of them at once. One session's frame is stepped as soon as it arrives.
 2. **Catch-up**: some slot holds more than ``max_backlog_frames`` queued frames (an
    overrun step, a burst from its client): step at once, advancing only the slots that
-   have input; the others are frozen (exec mask), not fed silence. Repeated until every
-   slot is back within the bound.
+   hold two or more (each keeps a frame for the next full step, so none is made to
+   starve); the others are frozen (exec mask), not fed silence. Repeated until no slot
+   holds more than one frame: the floor, a frame waiting for its step.
 3. **Deadline**: the period is up (``period`` after the last full step, on an anchored
    grid) plus ``grace`` for late frames: step every live slot; a slot whose frame has
    not come gets silence (its client is behind; real-time pacing goes on without it).
 
 Input that is too old is dropped by the stage, not here (``max_input_lag_ms``).
+
+Why catch-up waits for more than one extra frame: with clients out of phase and
+jittering, a session often holds its next frame while the step waits for a late
+neighbour; stepping it alone at once would cost a whole table step (the table's shape
+is fixed) for nothing, and the next full step would find it empty and feed it silence.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ class TickPacer:
         self._clock = clock
         # When the table's next frame is due by real time; None while the table is empty.
         self.next_due: float | None = None
+        self.catching_up = False
 
     def start(self) -> None:
         """A slot joined an empty table: its first step is due now."""
@@ -69,7 +76,12 @@ class TickPacer:
         if all(slot.ready for slot in live):
             return list(live)
         if any(slot.backlog > self.max_backlog_frames for slot in live):
-            return [slot for slot in live if slot.ready]
+            self.catching_up = True
+        if self.catching_up:
+            behind = [slot for slot in live if slot.backlog > 1]
+            if behind:
+                return behind
+            self.catching_up = False
         if self._clock() >= self.next_due + self.grace_s:
             return list(live)
         return []

@@ -192,10 +192,10 @@ class PersonaPlexStageModel(StageModel):
         if not np.isfinite(samples).all():
             raise ValueError("personaplex input contains NaN or infinite samples")
         if self.options.realtime and slot.prompting:
-            # The prompt is being fed: what the client said meanwhile is not heard. Only
-            # the newest frame stays, the session's first live frame (next tick).
-            self.stats.prompt_frames_dropped += len(slot.queue)
-            slot.queue.clear()
+            # The prompt is being fed: what the client says meanwhile is not heard, so it
+            # cannot pile up behind the prompt; its first live frame is the next to come.
+            self.stats.prompt_frames_dropped += 1
+            return
         slot.queue.append(Frame(samples, self._clock()))
         if self.options.realtime:
             # A real-time client's k-th newest frame is k periods old: beyond the lag
