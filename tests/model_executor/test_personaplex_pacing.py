@@ -305,3 +305,33 @@ def test_out_of_phase_jittery_clients_share_one_step_per_period_without_silence(
     assert len(steady) <= 4.0 / PERIOD + 1
     assert sim.model.stats.starved_frames == starved_before
     assert all(t.batch == 8 for t in steady)
+
+
+def test_a_frame_later_than_the_grace_is_dropped_so_steps_keep_real_time() -> None:
+    sim = Simulation(slots=2, step_cost_s=0.01)
+    # Every fifth frame comes 35 ms late, past the 20 ms grace: its step goes ahead with
+    # silence, and stepping the frame too would put the session a frame ahead for good.
+    sim.deliver(1, [k * PERIOD + (0.035 if k % 5 == 4 else 0.0) for k in range(60)])
+    sim.run_until(1.0)
+    steps_before, stats = len(sim.ticks), sim.model.stats
+    starved_before, late_before = stats.starved_frames, stats.late_frames_dropped
+    sim.run_until(4.2)
+    assert len(sim.ticks) - steps_before == pytest.approx(3.2 / PERIOD, abs=1)
+    starved = stats.starved_frames - starved_before
+    assert starved >= 7  # the late frames' steps were silence ...
+    assert stats.late_frames_dropped - late_before == starved  # ... and they were dropped
+    assert all(b <= 1 for b in sim.backlog_after(1, 1.0))
+
+
+def test_a_client_resuming_off_the_tables_phase_is_heard_again_after_one_frame() -> None:
+    sim = Simulation(slots=2, step_cost_s=0.01)
+    # 20 frames, a pause of 0.56 s (silence is stepped), then frames landing 50 ms past
+    # where the table's deadline grid was: past the grace, every one of them.
+    times = [k * PERIOD for k in range(20)] + [2.21 + k * PERIOD for k in range(30)]
+    sim.deliver(1, times)
+    sim.run_until(4.8)
+    fed = {k for tick in sim.ticks for c, k in tick.fed if c == 1 and k >= 20}
+    # At most the first frame after the pause is dropped (its step had gone ahead with
+    # silence); then the deadline follows the client's phase and every frame is heard.
+    assert set(range(21, 50)) <= fed
+    assert sim.model.stats.late_frames_dropped <= 1

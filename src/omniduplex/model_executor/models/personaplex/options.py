@@ -37,7 +37,9 @@ class PersonaPlexOptions:
 
     ``realtime: true`` keeps real time (``pacing.py``): the table steps as soon as every
     live session's frame is there; when one is missing it waits at most
-    ``tick_grace_ms`` past the 80 ms period, then steps with silence for that session.
+    ``tick_grace_ms`` past the 80 ms period, then steps with silence for that session;
+    the frame, when it comes, is dropped (its step has been taken), so every session's
+    steps keep real time and its output never runs ahead of it.
     Catch-up: a session holding more than ``max_backlog_frames`` queued frames (after an
     overrun step or a burst) makes the table step again at once, advancing only the
     sessions holding two or more, until none holds more than one. A session never

@@ -92,6 +92,15 @@ class TickPacer:
             return None
         return max(0.0, self.next_due + self.grace_s - self._clock())
 
+    def late_frame(self, arrived_at: float) -> None:
+        """A frame came after its step had gone ahead with silence (and was dropped).
+
+        The deadline moves to a period after it, so the grid follows that client's phase:
+        its next frame is in time instead of every one landing just past the deadline.
+        """
+        if self.next_due is not None:
+            self.next_due = max(self.next_due, arrived_at + self.period_s)
+
     def stepped(self, *, started: float, full: bool, starved: bool) -> None:
         """Move the deadline after a step that began at ``started``.
 

@@ -179,6 +179,7 @@ class PersonaPlexStageModel(StageModel):
             "input_stale_frames": stats.stale_frames,
             "input_overflow_dropped_frames": stats.dropped_frames,
             "prompt_input_dropped_frames": stats.prompt_frames_dropped,
+            "input_late_dropped_frames": stats.late_frames_dropped,
             "frames_emitted": stats.frames_emitted,
         }
 
@@ -195,6 +196,13 @@ class PersonaPlexStageModel(StageModel):
             # The prompt is being fed: what the client says meanwhile is not heard, so it
             # cannot pile up behind the prompt; its first live frame is the next to come.
             self.stats.prompt_frames_dropped += 1
+            return
+        if self.options.realtime and slot.silence_owed:
+            # Its step already went ahead with silence: stepping it too would put this
+            # session's output a frame ahead of real time for good.
+            slot.silence_owed = False
+            self.stats.late_frames_dropped += 1
+            self._pacer.late_frame(self._clock())
             return
         slot.queue.append(Frame(samples, self._clock()))
         if self.options.realtime:
@@ -373,6 +381,7 @@ class PersonaPlexStageModel(StageModel):
                 pcm[i, 0] = samples
             else:
                 starved.add(i)  # the client is behind: silence, the tick goes on
+                slot.silence_owed = self.options.realtime
         self.stats.starved_frames += len(starved)
 
         sampling = self._sampling_tensors()

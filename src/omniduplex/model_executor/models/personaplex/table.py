@@ -23,6 +23,7 @@ class PersonaPlexStats:
     dropped_frames: int = 0  # queued frames dropped past ``max_queued_frames``
     stale_frames: int = 0  # queued frames dropped past ``max_input_lag_ms`` of audio
     prompt_frames_dropped: int = 0  # input that arrived while the prompt was fed
+    late_frames_dropped: int = 0  # frames whose step had gone ahead with silence
     catchup_ticks: int = 0  # extra steps for sessions over ``max_backlog_frames``
     deadline_ticks: int = 0  # steps that fed silence to a session whose frame was late
     # Input frame arrival -> the start of the step that took it (stage clock).
@@ -61,6 +62,9 @@ class Slot:
     speaking: bool = False
     quiet: int = 0
     muted: bool = False
+    # A step fed it silence in place of a frame that had not come: that frame, when it
+    # comes, is dropped, so its steps keep real time (at most one is owed).
+    silence_owed: bool = False
 
     @property
     def prompt_frames(self) -> int:
