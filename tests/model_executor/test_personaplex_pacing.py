@@ -266,6 +266,9 @@ def test_one_sessions_frame_is_stepped_within_one_step_plus_the_grace_of_arrivin
     stats = sim.model.stats
     assert stats.input_wait_s_max <= GRACE + EPS
     assert stats.last_step_s == pytest.approx(0.008)
+    counters = sim.model.counters()  # what /metrics exports, in the same terms
+    assert counters["step_seconds"] == pytest.approx(0.008 * counters["ticks"])
+    assert counters["input_wait_seconds"] <= GRACE * counters["input_frames"] + EPS
 
 
 def test_a_silent_client_is_paced_in_real_time_without_holding_its_neighbour() -> None:

@@ -286,5 +286,7 @@ async def test_the_shipped_stage_steps_in_its_own_process_and_exports_its_counte
         "input_stale_frames",
         "input_starved_frames",
         "prompt_input_dropped_frames",
+        "input_late_dropped_frames",
+        "step_seconds",
     ):
         assert f"omniduplex_stage_{name}_total" in counters

@@ -171,6 +171,7 @@ class PersonaPlexStageModel(StageModel):
         stats = self.stats
         return {
             "ticks": stats.forward_calls,
+            "step_seconds": stats.step_s_sum,
             "catchup_ticks": stats.catchup_ticks,
             "deadline_ticks": stats.deadline_ticks,
             "input_frames": stats.input_frames,
@@ -332,6 +333,7 @@ class PersonaPlexStageModel(StageModel):
         stats.max_batch_size = max(stats.max_batch_size, len(batch))
         stats.batch_sizes[len(batch)] += 1
         stats.last_step_s = self._clock() - started
+        stats.step_s_sum += stats.last_step_s
         if self.options.realtime:
             stats.catchup_ticks += not full
             stats.deadline_ticks += starved

@@ -35,6 +35,7 @@ class PersonaPlexStats:
     max_batch_size: int = 0
     batch_sizes: Counter[int] = field(default_factory=Counter)
     last_step_s: float = 0.0
+    step_s_sum: float = 0.0  # every step's duration, added up (stage clock)
 
 
 @dataclass(slots=True)
