@@ -3,11 +3,13 @@ monotonic by the engine across worker restarts, and carried out of a child proce
 
 from __future__ import annotations
 
+import pytest
 from stage_models import StepRecorder
 from worker_events import WorkerEvents
 
 from omniduplex.engine.stage import (
     AddRequest,
+    InProcessStageWorker,
     StageCounters,
     StageInput,
     StageModelSpec,
@@ -64,10 +66,11 @@ def test_counters_stay_monotonic_across_a_worker_restart() -> None:
     assert book.totals({1: "pp"}) == {"pp": {"drops": 7.0, "steps": 15.0}}
 
 
-def test_a_child_process_worker_reports_its_model_counters() -> None:
+@pytest.mark.parametrize("worker_cls", [InProcessStageWorker, SubprocessStageWorker])
+def test_a_worker_reports_its_model_counters(worker_cls) -> None:
     events = WorkerEvents()
     spec = StageModelSpec("test_stage_counters:CountingRecorder", {})
-    worker = SubprocessStageWorker(0, spec, max_batch=4, on_event=events, name="c")
+    worker = worker_cls(0, spec, max_batch=4, on_event=events, generation=3, name="c")
     worker.start()
     try:
         worker.wait_ready(30)
@@ -76,4 +79,5 @@ def test_a_child_process_worker_reports_its_model_counters() -> None:
     finally:
         worker.stop()
     (report,) = [e for e in events.events if isinstance(e, StageCounters)]
-    assert report.stage_index == 0 and report.counters == {"steps": 1.0}
+    assert report.stage_index == 0 and report.worker_generation == 3
+    assert report.counters == {"steps": 1.0}
