@@ -105,6 +105,10 @@ def test_a_listening_gap_counts_the_frames_it_spans_and_output_past_input_is_cou
         frame(k, "resp_2")
     assert timeline.frames_ahead_of_input == 2
     assert len(timeline.latency) == 5
+    # Once the stream has ended, what the server sends answers silence: not "ahead".
+    timeline.ended(10 * FRAME_S)
+    timeline.on_audio(11 * FRAME_S, "resp_2", 80.0)
+    assert timeline.frames_ahead_of_input == 2
 
 
 def test_output_rate_counts_what_arrived_by_the_end_of_the_stream() -> None:

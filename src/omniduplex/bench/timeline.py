@@ -19,7 +19,8 @@ whatever the server sends, and measures (``StreamTimeline``):
   queued during a voice prompt, say) is invisible from the wire, while any backlog that
   builds up later (a tick that overruns and is never made up) shows as latency growth.
   Output that matches input the client has not sent yet (the server fed the session
-  silence) is counted as ``frames_ahead_of_input`` and gets no latency;
+  silence while it streamed) is counted as ``frames_ahead_of_input`` and gets no latency;
+  output after the end of the stream gets neither;
 * **growth**: frame latency p50 over the first and the last ``min(10 s, span / 2)`` of
   the session and the least-squares slope in ms per minute;
 * **held in real time**: output rate >= ``REALTIME_RATE`` and frame latency p95 <
@@ -102,7 +103,9 @@ class StreamTimeline:
             return  # answers audio from before the client's first append
         index = bisect.bisect_left(self.input_end_ms, target - 1e-6)
         if index >= len(self.input_end_ms):
-            self.frames_ahead_of_input += 1
+            # After the stream ended the server answers silence: not ahead of anything.
+            if self.stream_ended_at is None or at <= self.stream_ended_at:
+                self.frames_ahead_of_input += 1
             return
         self.latency.append((at, (at - self.send_at[index]) * 1000.0))
 
