@@ -273,9 +273,12 @@ async def _interrupt(
     """Interrupt the reply that ``first`` (its first audio delta) began while it plays, as
     the user of this flow does (talking over it, or a stop button), and truncate its item
     at what was heard. A reply the server is still producing must end ``cancelled`` (the
-    server cancels it on talk-over; the stop button sends ``response.cancel``); one it
-    has already finished sending is only cut short locally, as with OpenAI. True when
-    that held and the truncation was confirmed."""
+    server cancels it on talk-over; the stop button sends ``response.cancel``), which
+    cuts it whatever the client holds (a server that pauses a reply the moment speech
+    starts over it has sent nothing more by then: the client may have played all it
+    got); one it has already finished sending is only cut short locally, as with OpenAI,
+    so the client must have played less than it got. True when that held and the
+    truncation was confirmed."""
     if first is None:
         return False
     response_id = first.response_id
@@ -309,4 +312,5 @@ async def _interrupt(
     )
     if talk_over is not None:
         await asyncio.wait_for(talk_over, STEP_TIMEOUT_S)
-    return cancelled and truncated is not None and heard_ms < player.received_ms
+    cut = active or heard_ms < player.received_ms
+    return cancelled and truncated is not None and cut
