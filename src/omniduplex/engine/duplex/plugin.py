@@ -118,6 +118,31 @@ class DuplexModelSessionState(ABC):  # noqa: B024 - a seam's base class, no hook
 
 
 @dataclass(slots=True)
+class StreamedSessionState(DuplexModelSessionState):
+    """A model-native (``streams_input``) session's state: the session config its stage-0
+    request opens with, sent with the first unit of each epoch."""
+
+    config: dict[str, Any] = field(default_factory=dict)
+    epoch_sent: int | None = None
+    units: int = 0
+
+    def plan_unit(
+        self, samples: np.ndarray, *, unit_samples: int, fence: DuplexFence, model: str
+    ) -> dict[str, Any]:
+        """One input unit's stage-0 data; the first of an epoch carries the config."""
+        audio = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if audio.size != unit_samples:
+            raise ValueError(f"{model} streams {unit_samples}-sample units, got {audio.size}")
+        self.units += 1
+        data: dict[str, Any] = {"audio": audio}
+        if self.epoch_sent != fence.epoch:
+            # The first unit of this epoch opens its stage-0 request: it says who we are.
+            self.epoch_sent = fence.epoch
+            data["config"] = dict(self.config)
+        return data
+
+
+@dataclass(slots=True)
 class ResponseRequest:
     """Everything a turn-based plugin needs to start one response."""
 

@@ -20,7 +20,7 @@ plugin, so an append with frames is refused (``invalid_input_modality``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,7 @@ from omniduplex.engine.duplex.plugin import (
     ModelSpeak,
     ModelText,
     ResponseRequest,
+    StreamedSessionState,
 )
 
 from .options import INPUT_RATE_HZ, OUTPUT_RATE_HZ, UNIT_MS, UNIT_SAMPLES, MiniCPMO45Options
@@ -50,12 +51,8 @@ _MODALITIES = frozenset({"audio", "text"})
 
 
 @dataclass(slots=True)
-class MiniCPMO45SessionState(DuplexModelSessionState):
+class MiniCPMO45SessionState(StreamedSessionState):
     """What a session sends with the first unit of each epoch's stage-0 request."""
-
-    config: dict[str, Any] = field(default_factory=dict)
-    epoch_sent: int | None = None
-    units: int = 0
 
 
 class MiniCPMO45DataPlane(DuplexDataPlane):
@@ -170,16 +167,7 @@ class MiniCPMO45DuplexPlugin(DuplexModelPlugin):
     ) -> dict[str, Any] | None:
         if not isinstance(state, MiniCPMO45SessionState):
             raise TypeError("minicpmo plan_input_unit needs a MiniCPMO45SessionState")
-        audio = np.asarray(samples, dtype=np.float32).reshape(-1)
-        if audio.size != UNIT_SAMPLES:
-            raise ValueError(f"minicpmo streams {UNIT_SAMPLES}-sample units, got {audio.size}")
-        state.units += 1
-        data: dict[str, Any] = {"audio": audio}
-        if state.epoch_sent != fence.epoch:
-            # The first unit of this epoch opens its stage-0 request: it says who we are.
-            state.epoch_sent = fence.epoch
-            data["config"] = dict(state.config)
-        return data
+        return state.plan_unit(samples, unit_samples=UNIT_SAMPLES, fence=fence, model="minicpmo")
 
     def plan_response(
         self, state: DuplexModelSessionState, request: ResponseRequest

@@ -22,7 +22,7 @@ Use ``turn_detection: null`` (the client preset does): the model takes its own t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ from omniduplex.engine.duplex.plugin import (
     ModelResult,
     ModelSpeak,
     ResponseRequest,
+    StreamedSessionState,
 )
 
 from .options import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ, PersonaPlexOptions
@@ -51,12 +52,8 @@ _MODALITIES = frozenset({"audio", "text"})
 
 
 @dataclass(slots=True)
-class PersonaPlexSessionState(DuplexModelSessionState):
+class PersonaPlexSessionState(StreamedSessionState):
     """What a session sends with the first unit of each epoch's stage-0 request."""
-
-    config: dict[str, Any] = field(default_factory=dict)
-    epoch_sent: int | None = None
-    units: int = 0
 
 
 class PersonaPlexDataPlane(DuplexDataPlane):
@@ -164,16 +161,9 @@ class PersonaPlexDuplexPlugin(DuplexModelPlugin):
     ) -> dict[str, Any] | None:
         if not isinstance(state, PersonaPlexSessionState):
             raise TypeError("personaplex plan_input_unit needs a PersonaPlexSessionState")
-        audio = np.asarray(samples, dtype=np.float32).reshape(-1)
-        if audio.size != FRAME_SAMPLES:
-            raise ValueError(f"personaplex streams {FRAME_SAMPLES}-sample units, got {audio.size}")
-        state.units += 1
-        data: dict[str, Any] = {"audio": audio}
-        if state.epoch_sent != fence.epoch:
-            # The first unit of this epoch opens its stage-0 request: it says who we are.
-            state.epoch_sent = fence.epoch
-            data["config"] = dict(state.config)
-        return data
+        return state.plan_unit(
+            samples, unit_samples=FRAME_SAMPLES, fence=fence, model="personaplex"
+        )
 
     def plan_response(
         self, state: DuplexModelSessionState, request: ResponseRequest
