@@ -37,6 +37,20 @@ class EnergyClassifier(SpeechClassifier):
         return min(1.0, level / self.FULL_SCALE_RMS)
 
 
+class TranscriptCompletionModel(ABC):
+    """Probability that a user has finished their turn, from the words heard so far.
+
+    Called once per candidate end of speech, from the session's input thread; may be
+    shared by sessions. ``None``: no score now (the model is still loading, or failed),
+    and the decision falls back to the rule without one.
+    """
+
+    name: str = ""
+
+    @abstractmethod
+    def finished_probability(self, words: str) -> float | None: ...
+
+
 class TurnCompletionModel(ABC):
     """Probability that a user's turn is complete, from the audio of the turn so far.
 
@@ -47,6 +61,8 @@ class TurnCompletionModel(ABC):
 
     name: str = ""
     max_audio_ms: int = 8000
+    # The language model that judges the turn's words, where the plugin loads one.
+    words_model: TranscriptCompletionModel | None = None
 
     @abstractmethod
     def completion_probability(self, audio: np.ndarray, rate_hz: int) -> float: ...

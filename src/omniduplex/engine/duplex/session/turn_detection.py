@@ -36,19 +36,33 @@ from typing import Any, Final
 
 import numpy as np
 
-from ..vad import EnergyClassifier, SpeechClassifier, TurnCompletionModel
+from ..vad import (
+    EnergyClassifier,
+    SpeechClassifier,
+    TranscriptCompletionModel,
+    TurnCompletionModel,
+)
+from .end_of_turn import (
+    FINISHED,
+    PROSODY_THRESHOLD,
+    SEMANTIC_CANDIDATE_SILENCE_MS,
+    SEMANTIC_MAX_SILENCE_MS,
+    UNFINISHED,
+    TurnInputs,
+    decide,
+    words_verdict,
+)
+from .end_of_turn import (
+    NEVER_LAST_WORDS as NEVER_LAST_WORDS,
+)
+from .end_of_turn import (
+    UNFINISHED_LAST_WORDS as UNFINISHED_LAST_WORDS,
+)
+from .end_of_turn import (
+    UNKNOWN as UNKNOWN,
+)
 
 SEMANTIC_VAD: Final = "semantic_vad"
-# Silence after which the turn model is asked (the VAD's candidate end of speech); the
-# Smart Turn authors pair their model with a 200 ms VAD stop.
-SEMANTIC_CANDIDATE_SILENCE_MS: Final = 200
-# The longest an unfinished-sounding turn waits in silence, by eagerness (OpenAI's).
-SEMANTIC_MAX_SILENCE_MS: Final[Mapping[str, int]] = {
-    "low": 8000,
-    "medium": 4000,
-    "auto": 4000,
-    "high": 2000,
-}
 # Without a turn model: a fixed silence, the same fraction of each maximum.
 SEMANTIC_FALLBACK_SILENCE_MS: Final[Mapping[str, int]] = {
     eagerness: wait // 8 for eagerness, wait in SEMANTIC_MAX_SILENCE_MS.items()
@@ -58,48 +72,10 @@ SEMANTIC_FALLBACK_SILENCE_MS: Final[Mapping[str, int]] = {
 # interruption ("Wait, sorry, ...") must not end it as a backchannel.
 HELD_SPEECH_SILENCE_MS: Final = 500
 # A turn-completion probability at or above this ends the turn.
-COMPLETION_THRESHOLD: Final = 0.5
+COMPLETION_THRESHOLD: Final = PROSODY_THRESHOLD
 # Where the model transcribes while the user speaks: how long past the candidate silence
 # the verdict waits for a hypothesis of the words before the pause.
 SEMANTIC_WORDS_WAIT_MS: Final = 300
-# Words no sentence ends on, whatever punctuation the recogniser put after them: articles,
-# possessives, conjunctions, "to", fillers. Whisper closes a fragment the piper voice
-# speaks as if it were whole ("Can you tell me the way to?", "I need to buy some.").
-NEVER_LAST_WORDS: Final = frozenset(
-    (
-        *("a", "an", "the", "my", "your", "his", "her", "its", "our", "their", "some"),
-        *("and", "or", "but", "nor", "because", "if", "when", "while", "until", "unless"),
-        *("although", "though", "whether", "very", "to"),
-        *("um", "uh", "er", "erm"),
-    )
-)
-# Words a statement does not end on but a question may ("What is it for?", "Who are you
-# with?"): prepositions that take an object and a few auxiliaries (not "in", "on",
-# "that", "you", "do", "can"...: "turn it on", "I like that", "yes I can" end sentences).
-UNFINISHED_LAST_WORDS: Final = NEVER_LAST_WORDS | frozenset(
-    (
-        *("for", "of", "at", "by", "with", "from", "into", "onto", "than", "as", "about"),
-        *("is", "are", "was", "were", "am", "could", "would", "should"),
-    )
-)
-UNFINISHED, FINISHED, UNKNOWN = "unfinished", "finished", "unknown"
-
-
-def words_verdict(words: str) -> str:
-    """What the transcript says of the turn: ``unfinished`` (it stops where a sentence
-    cannot end), ``finished`` (the recogniser closed it with ".", "?" or "!"), else
-    ``unknown`` (no words, or no closing punctuation)."""
-    text = words.strip()
-    if not text:
-        return UNKNOWN
-    tokens = text.lower().replace("...", " ").split()
-    last = tokens[-1].strip(".,;:-?!\"'") if tokens else ""
-    asked = text[-1] in "?!"
-    if last in NEVER_LAST_WORDS or (not asked and last in UNFINISHED_LAST_WORDS):
-        return UNFINISHED
-    if text.endswith("...") or text[-1] not in ".?!":
-        return UNKNOWN
-    return FINISHED
 
 
 def sounds_unfinished(words: str) -> bool:
@@ -149,28 +125,40 @@ class TurnDecision:
     """One verdict of the turn model at a candidate end of speech (for stats and tests)."""
 
     audio_ms: int  # where the speech paused (the session's input clock)
-    probability: float
-    complete: bool
+    probability: float  # the prosody model's P(complete)
+    complete: bool  # the verdict is "finished": the turn ends at the short silence
     words: str | None = None  # the transcript the verdict saw (None: none is made)
+    semantic: float | None = None  # the language model's P(finished) (None: not asked)
+    verdict: str = ""  # "finished" | "ambiguous" | "unfinished" (``end_of_turn.decide``)
+    wait_ms: int = 0  # the silence after which the turn ends unless speech resumes
 
 
 @dataclass(frozen=True, slots=True)
 class SemanticPolicy:
-    """How ``semantic_vad`` ends a turn: ask ``model`` after ``candidate_silence_ms``;
-    an unfinished turn waits up to ``max_silence_ms``, or ``finished_words_max_silence_ms``
-    when the words heard say it is a whole sentence."""
+    """How ``semantic_vad`` ends a turn: after ``candidate_silence_ms`` ask ``model`` (the
+    audio) and ``words_model`` (the words, where one is loaded), and let
+    ``end_of_turn.decide`` say how long the turn waits (at most ``max_silence_ms``)."""
 
     model: TurnCompletionModel
     max_silence_ms: int
-    finished_words_max_silence_ms: int
+    eagerness: str = "auto"
+    words_model: TranscriptCompletionModel | None = None
     candidate_silence_ms: int = SEMANTIC_CANDIDATE_SILENCE_MS
-    threshold: float = COMPLETION_THRESHOLD
     words_wait_ms: int = SEMANTIC_WORDS_WAIT_MS
 
     @classmethod
-    def for_eagerness(cls, model: TurnCompletionModel, eagerness: str) -> SemanticPolicy:
-        longest = SEMANTIC_MAX_SILENCE_MS[eagerness]
-        return cls(model=model, max_silence_ms=longest, finished_words_max_silence_ms=longest // 2)
+    def for_eagerness(
+        cls,
+        model: TurnCompletionModel,
+        eagerness: str,
+        words_model: TranscriptCompletionModel | None = None,
+    ) -> SemanticPolicy:
+        return cls(
+            model=model,
+            max_silence_ms=SEMANTIC_MAX_SILENCE_MS[eagerness],
+            eagerness=eagerness,
+            words_model=words_model,
+        )
 
 
 class TurnDetector:
@@ -243,7 +231,9 @@ class TurnDetector:
             eagerness = _eagerness(config)
             silence_ms = SEMANTIC_FALLBACK_SILENCE_MS[eagerness]
             if completion_model is not None:
-                semantic = SemanticPolicy.for_eagerness(completion_model, eagerness)
+                semantic = SemanticPolicy.for_eagerness(
+                    completion_model, eagerness, completion_model.words_model
+                )
         return cls(
             rate_hz=rate_hz,
             threshold=float(config.get("threshold", 0.5)),
@@ -328,19 +318,19 @@ class TurnDetector:
         self._judged = True
         audio = np.concatenate(tuple(self._turn_frames))
         probability = float(policy.model.completion_probability(audio, self.rate_hz))
-        complete = probability >= policy.threshold
-        verdict = words_verdict(words[1]) if words is not None else UNKNOWN
-        if verdict == UNFINISHED:
-            complete = False  # it may sound done, but the words stop mid-sentence
-        elif verdict == FINISHED and not complete:
-            # The audio hears more to come, the recogniser heard a whole sentence: wait,
-            # but not the longest wait (Smart Turn calls some of the piper voice's
-            # questions unfinished).
-            self._pause_limit_ms = policy.finished_words_max_silence_ms
-        pause_ms = self._ms(self._position - self._silence_run)
         heard = words[1] if words is not None else None
-        self.decisions.append(TurnDecision(pause_ms, probability, complete, heard))
-        return complete
+        semantic = None
+        if policy.words_model is not None and heard and words_verdict(heard) != UNFINISHED:
+            semantic = policy.words_model.finished_probability(heard)
+        verdict = decide(TurnInputs(policy.eagerness, probability, heard, semantic))
+        wait_ms = min(verdict.wait_ms, policy.max_silence_ms)
+        self._pause_limit_ms = wait_ms
+        pause_ms = self._ms(self._position - self._silence_run)
+        complete = verdict.verdict == FINISHED
+        self.decisions.append(
+            TurnDecision(pause_ms, probability, complete, heard, semantic, verdict.verdict, wait_ms)
+        )
+        return silence_ms >= wait_ms
 
     # ---- the turn's audio (semantic_vad only) ----------------------------------
 
