@@ -24,7 +24,7 @@ from starlette.websockets import WebSocket
 from ..websocket_protocol import ABORT_EXTENSION
 from .outbound import CloseFrame
 from .realtime_input import RealtimeEnvelope
-from .realtime_protocol import RealtimeProtocol, SentHook
+from .realtime_protocol import EventHook, RealtimeProtocol, SentHook
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class RealtimeConnection:
         on_overflow: Callable[[RealtimeConnection], None] | None = None,
         on_sent: SentHook | None = None,
         on_dropped: Callable[[int], None] | None = None,
+        on_event: EventHook | None = None,
     ) -> None:
         self.websocket = websocket
         self.protocol = RealtimeProtocol(
@@ -54,6 +55,7 @@ class RealtimeConnection:
             on_queued=self._queued,
             on_sent=on_sent,
             on_dropped=on_dropped,
+            on_event=on_event,
         )
         self._on_overflow = on_overflow
         self._wakeup = asyncio.Event()

@@ -40,6 +40,9 @@ from .realtime_input import HandshakeState, RealtimeEnvelope, encode_frame
 QueuedHook = Callable[[bool], None]
 #: Told of each session event as it leaves: the session's id and the rendered event.
 SentHook = Callable[[str, dict[str, Any]], None]
+# Sees every engine event of the session before it is rendered (metrics of events a
+# connection that did not opt into the extensions never receives).
+EventHook = Callable[[ev.RealtimeEvent], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +84,10 @@ class RealtimeProtocol:
         on_queued: QueuedHook | None = None,
         on_sent: SentHook | None = None,
         on_dropped: Callable[[int], None] | None = None,
+        on_event: EventHook | None = None,
     ) -> None:
         self.envelope = envelope
+        self._on_event = on_event
         self.outbound = RealtimeOutbound(max_events=max_events, max_bytes=max_bytes)
         self.journal: ReplayJournal | None = None
         self.session_id: str | None = None
@@ -218,6 +223,8 @@ class RealtimeProtocol:
     def deliver(self, event: ev.RealtimeEvent) -> None:
         """One engine event of the session, rendered for this connection and queued (or,
         once closed, numbered into the journal); one it must not see goes nowhere."""
+        if self._on_event is not None:
+            self._on_event(event)
         rendered = self.envelope.render(event)
         if rendered is None:
             return

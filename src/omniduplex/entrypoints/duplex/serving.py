@@ -114,6 +114,7 @@ class RealtimeRoute:
             on_overflow=self._overflowed,
             on_sent=self.metrics.event_sent,
             on_dropped=self.metrics.outbox_drops.inc,
+            on_event=self.metrics.engine_event,
         )
         conn.start()
         session_id: str | None = None

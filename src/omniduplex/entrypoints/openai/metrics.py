@@ -22,9 +22,13 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from omniduplex.protocol.duplex.events import RawDuplexEvent, RealtimeEvent
+
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _CANCELS = frozenset({"response.cancel", "barge_in", "input.cancel", "output_audio_buffer.clear"})
 _AUDIO = frozenset({"response.output_audio.delta", "response.audio.delta"})
+_TURN_WAIT_BUCKETS = (0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
+_SCORE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 _REQUEST_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: The routes whose requests run through the engine outside any session.
 REQUEST_ROUTES = frozenset({"/v1/chat/completions", "/v1/audio/transcriptions", "/v1/audio/speech"})
@@ -51,6 +55,22 @@ class ServerMetrics:
             "omniduplex_barge_in_stop_seconds",
             "cancel command received to response.done(cancelled) sent",
             buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.turn_wait = Histogram(
+            "omniduplex_turn_decision_silence_seconds",
+            "semantic_vad end-of-turn decisions: the silence each pause lasted, by the"
+            " decision's verdict and what came of the pause (ended, resumed)",
+            ["verdict", "outcome"],
+            buckets=_TURN_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.turn_scores = Histogram(
+            "omniduplex_turn_decision_score",
+            "semantic_vad end-of-turn decisions: the prosody and semantic (words) scores"
+            " each saw, by signal and verdict",
+            ["signal", "verdict"],
+            buckets=_SCORE_BUCKETS,
             registry=r,
         )
         self.resumes = Counter("omniduplex_resumes", "Successful session resumes", registry=r)
@@ -95,6 +115,21 @@ class ServerMetrics:
             self.appends.inc()
         elif wire_type in _CANCELS:
             self._cancel_at[session_id] = time.monotonic()
+
+    def engine_event(self, event: RealtimeEvent) -> None:
+        """Every engine event before it is rendered: the turn decisions' histograms."""
+        if not isinstance(event, RawDuplexEvent) or event.internal_type != "turn.decision":
+            return
+        details = event.event
+        verdict = str(details.get("verdict") or "")
+        silence = details.get("silence_ms")
+        if isinstance(silence, int | float):
+            outcome = str(details.get("outcome") or "")
+            self.turn_wait.labels(verdict, outcome).observe(silence / 1000)
+        for signal in ("prosody", "semantic"):
+            score = details.get(signal)
+            if isinstance(score, int | float):
+                self.turn_scores.labels(signal, verdict).observe(score)
 
     def event_sent(self, session_id: str, event: dict[str, Any]) -> None:
         kind = event.get("type", "")

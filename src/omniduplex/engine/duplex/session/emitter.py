@@ -138,6 +138,22 @@ class SessionEmitter:
             ev.TurnEvent(session_id=self.session.session_id, event=event, turn_state=turn_state)
         )
 
+    def turn_decision(self, decision: Any) -> None:
+        """``duplex.turn.decision`` (extensions only): one semantic_vad end-of-turn
+        decision, its inputs and what came of the pause (``TurnDecision``)."""
+        details = {
+            "type": "turn.decision",
+            "audio_ms": decision.audio_ms,
+            "words": decision.words,
+            "prosody": round(decision.probability, 4),
+            "semantic": None if decision.semantic is None else round(decision.semantic, 4),
+            "verdict": decision.verdict,
+            "wait_ms": decision.wait_ms,
+            "silence_ms": decision.silence_ms,
+            "outcome": decision.outcome,
+        }
+        self.emit(ev.RawDuplexEvent(event=details))
+
     def playback_acknowledged(self, **details: Any) -> None:
         details = {"type": "playback.acknowledged", "epoch": self.session.epoch, **details}
         self.emit(ev.PlaybackAcknowledged(event=details))

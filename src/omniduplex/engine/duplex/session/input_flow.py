@@ -288,6 +288,8 @@ class InputFlow(Inputs):
                 self.out.speech_stopped(event.audio_ms, turn.item_id)
                 create = settings.turn_detection.get("create_response", True)
                 self.commit(create_response=bool(create), event_id=None, vad=True)
+        for decision in detector.resolved_decisions():
+            self.out.turn_decision(decision)
         if (
             self._held is not None
             and detector.speaking

@@ -30,8 +30,8 @@ after commits, clears and a ``session.update`` mid-stream.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import numpy as np
@@ -131,6 +131,10 @@ class TurnDecision:
     semantic: float | None = None  # the language model's P(finished) (None: not asked)
     verdict: str = ""  # "finished" | "ambiguous" | "unfinished" (``end_of_turn.decide``)
     wait_ms: int = 0  # the silence after which the turn ends unless speech resumes
+    # Once the pause is over: "ended" (the turn ended) or "resumed" (speech came back),
+    # after ``silence_ms`` of silence.
+    outcome: str = ""
+    silence_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +192,9 @@ class TurnDetector:
         # semantic_vad), the turn model unasked.
         self.by_silence_only = False
         self.decisions: list[TurnDecision] = []
+        # Decisions whose pause is over, for whoever reports them (``resolved_decisions``).
+        self._resolved: deque[TurnDecision] = deque()
+        self._open_decision: TurnDecision | None = None
         self._frame = rate_hz * self.classifier.frame_ms // 1000
         self._pending = np.zeros(0, dtype=np.float32)
         self._position = position_samples  # samples consumed: the session's input clock
@@ -272,6 +279,7 @@ class TurnDetector:
                 self._remember(frame)
             is_speech = self.classifier.probability(frame) >= self.threshold
             if is_speech:
+                self._resolve("resumed")
                 self._speech_run += self._frame
                 self._silence_run = 0
                 self._judged = False
@@ -289,6 +297,7 @@ class TurnDetector:
                 if not self._speaking:
                     self._speech_run = 0
                 elif self._turn_ends():
+                    self._resolve("ended")
                     self._speaking = False
                     self._speech_run = 0
                     end = self._position - self._silence_run
@@ -328,10 +337,24 @@ class TurnDetector:
         self._pause_limit_ms = wait_ms
         pause_ms = self._ms(self._position - self._silence_run)
         complete = verdict.verdict == FINISHED
-        self.decisions.append(
-            TurnDecision(pause_ms, probability, complete, heard, semantic, verdict.verdict, wait_ms)
+        decision = TurnDecision(
+            pause_ms, probability, complete, heard, semantic, verdict.verdict, wait_ms
         )
+        self.decisions.append(decision)
+        self._open_decision = decision
         return silence_ms >= wait_ms
+
+    def _resolve(self, outcome: str) -> None:
+        decision, self._open_decision = self._open_decision, None
+        if decision is not None:
+            silence_ms = self._ms(self._silence_run)
+            self._resolved.append(replace(decision, outcome=outcome, silence_ms=silence_ms))
+
+    def resolved_decisions(self) -> Iterator[TurnDecision]:
+        """The decisions whose pause ended since the last call, oldest first (safe while
+        another thread feeds the detector)."""
+        while self._resolved:
+            yield self._resolved.popleft()
 
     # ---- the turn's audio (semantic_vad only) ----------------------------------
 
@@ -350,6 +373,7 @@ class TurnDetector:
             self._turn_samples -= self._turn_frames.popleft().size
 
     def _forget_turn(self) -> None:
+        self._open_decision = None
         self._turn_frames.clear()
         self._turn_samples = 0
         self._judged = False
