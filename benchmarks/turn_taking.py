@@ -70,6 +70,7 @@ import soxr
 from websockets.asyncio.client import connect
 
 from cascade_concurrency import free_port, start_server, wait_ready
+from turn_taking_cases import VOICES, draw, trimmed
 
 RATE = 24_000  # the wire's pcm16 rate, both ways
 CHUNK_MS = 20
@@ -156,6 +157,10 @@ INTERRUPTIONS = [
     "Sorry, can we talk about something else please?",
 ]
 CATEGORIES = ("pause", "smooth", "backchannel", "interruption")
+# With ``--split``: the scenario set of ``turn_taking_cases`` (three pause categories,
+# smooth turns; five voices), backchannels and interruptions on those voices in turn.
+PAUSE_CATEGORIES = ("pause", "complete_point", "random_point", "incomplete_point")
+SPLIT_CATEGORIES = (*PAUSE_CATEGORIES[1:], "smooth", "backchannel", "interruption")
 
 
 # ---- audio ---------------------------------------------------------------------------
@@ -472,6 +477,58 @@ def scenarios(
     return out
 
 
+class CaseVoices:
+    """``turn_taking_cases``' voices at ``RATE``, trimmed, each utterance made once."""
+
+    def __init__(self) -> None:
+        self._voices: dict[str, Callable[[str], np.ndarray]] = {}
+        self._cache: dict[tuple[str, str], np.ndarray] = {}
+
+    def voice(self, name: str) -> Callable[[str], np.ndarray]:
+        def speak(text: str) -> np.ndarray:
+            if (name, text) not in self._cache:
+                if name not in self._voices:
+                    self._voices[name] = VOICES[name](RATE)
+                self._cache[name, text] = trimmed(self._voices[name](text))
+            return self._cache[name, text]
+
+        return speak
+
+
+def split_scenarios(
+    voices: CaseVoices, split: str, cases: int, categories: list[str]
+) -> dict[str, list[tuple[dict[str, Any], Scenario]]]:
+    """The split's cases (at most ``cases`` a category), overlaps on each voice in turn;
+    the backchannel and interruption timings drawn with the split's own seed."""
+    out: dict[str, list[tuple[dict[str, Any], Scenario]]] = {c: [] for c in categories}
+    for case in draw(split):
+        rows = out.get(case.category)
+        if rows is None or len(rows) >= cases:
+            continue
+        speak = voices.voice(case.voice)
+        spec = {"text": list(case.parts), "voice": case.voice, "pause_s": case.pause_s}
+        if case.category == "smooth":
+            rows.append((spec, smooth_case(speak, case.parts[0])))  # type: ignore[arg-type]
+        else:
+            scenario = pause_case(speak, case.parts[0], case.parts[1], case.pause_s)  # type: ignore[arg-type]
+            rows.append((spec, scenario))
+    rng = random.Random(f"{split}-overlaps")
+    names = list(VOICES)
+    for i in range(cases):
+        speak = voices.voice(names[i % len(names)])
+        if "backchannel" in out:
+            long, word = rng.choice(LONG), rng.choice(BACKCHANNELS)
+            after = round(rng.uniform(0.4, 1.4), 2)
+            spec = {"text": long, "backchannel": word, "after_s": after, "voice": names[i % 5]}
+            out["backchannel"].append((spec, overlap_case(speak, long, word, after)))  # type: ignore[arg-type]
+        if "interruption" in out:
+            long, words = rng.choice(LONG), rng.choice(INTERRUPTIONS)
+            after = round(rng.uniform(0.5, 2.5), 2)
+            spec = {"text": long, "interruption": words, "after_s": after, "voice": names[i % 5]}
+            out["interruption"].append((spec, overlap_case(speak, long, words, after)))  # type: ignore[arg-type]
+    return out
+
+
 # ---- scoring -------------------------------------------------------------------------------
 
 
@@ -495,7 +552,7 @@ def score(category: str, live: Live) -> dict[str, Any]:
     row: dict[str, Any] = {"system_speech": system, "user_speech": user, "marks": dict(m)}
     row["flushes"] = live.flushes
     row["server_events"] = _event_counts(live)
-    if category == "pause":
+    if category in PAUSE_CATEGORIES:
         onset = onset_after(system, m["first_end"])
         row["took_over"] = onset is not None and onset < m["rest_end"]
         # The server's own view: a response opened in the pause (even one cut before it
@@ -585,7 +642,7 @@ def pct(values: list[float]) -> dict[str, Any]:
 
 
 def summarise(category: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    if category == "pause":
+    if category in PAUSE_CATEGORIES:
         rate = np.mean([r["took_over"] for r in rows])
         server = np.mean([r["responded_in_pause"] for r in rows])
         return {
@@ -659,7 +716,10 @@ def plot(category: str, rows: list[dict[str, Any]], path: Path, title: str) -> N
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     voice = Voice()
     cases = 5 if args.quick else args.cases
-    sets = scenarios(voice, cases, args.seed)
+    if args.split:
+        sets = split_scenarios(CaseVoices(), args.split, cases, args.categories.split(","))
+    else:
+        sets = scenarios(voice, cases, args.seed)
     session = json.loads(args.session) if args.session else None
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     process: subprocess.Popen[bytes] | None = None
@@ -675,6 +735,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "session": session,
         "cases_per_category": cases,
         "seed": args.seed,
+        "split": args.split,
         "categories": {},
         "machine": {
             "cpus": os.cpu_count(),
@@ -711,6 +772,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             summary = summarise(category, rows)
             print(category, json.dumps(summary), flush=True)
             result["categories"][category] = {"summary": summary, "cases": rows}
+            by_voice: dict[str, list[dict[str, Any]]] = {}
+            for row in rows:
+                by_voice.setdefault(row["scenario"].get("voice", "piper"), []).append(row)
+            result["categories"][category]["by_voice"] = {
+                name: summarise(category, voiced) for name, voiced in sorted(by_voice.items())
+            }
     finally:
         result["machine"]["load_average_at_end"] = os.getloadavg()
         if process is not None:
@@ -731,8 +798,15 @@ def main() -> None:
     parser.add_argument("--categories", default=",".join(CATEGORIES))
     parser.add_argument("--seed", type=int, default=20)
     parser.add_argument("--label", help="results name (default: the deployment)")
+    parser.add_argument(
+        "--split",
+        choices=("tuning", "heldout"),
+        help="the turn_taking_cases split (categories default to its own)",
+    )
     parser.add_argument("--replot", action="store_true", help="only redraw the saved run")
     args = parser.parse_args()
+    if args.split and args.categories == ",".join(CATEGORIES):
+        args.categories = ",".join(SPLIT_CATEGORIES)
     label = args.label or args.deployment
     path = RESULTS / f"turn_taking_{label}.json"
     if args.replot:
