@@ -65,3 +65,29 @@ async def test_a_turn_decision_is_an_event_and_a_metric(tmp_path) -> None:
     assert f"omniduplex_turn_decision_silence_seconds_count{{{labels}}} 1.0" in text
     signal = f'signal="prosody",verdict="{decision["verdict"]}"'
     assert f"omniduplex_turn_decision_score_count{{{signal}}} 1.0" in text
+
+
+def test_without_the_words_model_turns_are_judged_as_before_and_the_server_says_so_once(
+    monkeypatch, caplog
+) -> None:
+    from omniduplex.model_executor.models.cascade import plugin as cascade_plugin
+
+    monkeypatch.setattr(
+        cascade_plugin, "words_model_unavailable", lambda: "llama-cpp-python is not installed"
+    )
+    with caplog.at_level("WARNING", logger=cascade_plugin.__name__):
+        plugin = cascade_plugin.CascadeDuplexPlugin({"turn_model": "smart-turn"})
+    model = plugin.turn_completion_model()
+    assert model is not None and model.words_model is None
+    warnings = [r.getMessage() for r in caplog.records]
+    assert warnings == [
+        "cascade: semantic_vad judges turns by Smart Turn and grammar only: "
+        "llama-cpp-python is not installed"
+    ]
+    monkeypatch.undo()
+    if cascade_plugin.words_model_unavailable() is None:
+        with_words = cascade_plugin.CascadeDuplexPlugin({"turn_model": "smart-turn"})
+        assert with_words.turn_completion_model().words_model is not None  # type: ignore[union-attr]
+    options = {"turn_model": "smart-turn", "turn_words_model": "none"}
+    off = cascade_plugin.CascadeDuplexPlugin(options)
+    assert off.turn_completion_model().words_model is None  # type: ignore[union-attr]
