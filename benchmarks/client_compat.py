@@ -5,7 +5,7 @@ loopback ports (as a user would), runs every driver of `benchmarks/client_compat
 drives one client library through its public API: connect, configure with the client's
 defaults, speak a question, hear the reply and its transcripts, interrupt a reply,
 close) against each, prints the table, saves every report to
-`benchmarks/results/client_compat.json` and rewrites the table in README.md between the
+`benchmarks/results/client_compat.json` and rewrites the table in docs/clients.md between the
 `<!-- client-compat:begin -->` / `<!-- client-compat:end -->` markers.
 
     python3 benchmarks/client_compat.py [--deployments loopback cascade]
@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client_compat.report import COLUMNS, CompatReport, Target, package_version  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "client_compat.json"
-README = ROOT / "README.md"
+README = ROOT / "docs" / "clients.md"
 BEGIN, END = "<!-- client-compat:begin -->", "<!-- client-compat:end -->"
 DEPLOYMENTS = ("loopback", "cascade")
 # driver module -> the distribution whose version the row names
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", nargs="+", default=list(DRIVERS), choices=list(DRIVERS))
     parser.add_argument("--json", type=Path, default=RESULTS)
     parser.add_argument("--readme", type=Path, default=README)
-    parser.add_argument("--no-readme", action="store_true", help="leave README.md as it is")
+    parser.add_argument("--no-readme", action="store_true", help="leave docs/clients.md as it is")
     args = parser.parse_args(argv)
 
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")

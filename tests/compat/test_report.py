@@ -94,4 +94,4 @@ def test_the_table_script_renders_a_row_per_run_between_the_readme_markers(tmp_p
     assert "| openai (GA, server_vad) | 3.57.0 | loopback | yes |" in text
     assert "| openai-agents | 0.24.0 | cascade | yes | **no** |" in text
     assert "1 of 2 runs clean" in " ".join(text.split()) and "model_update_unsupported" in text
-    assert script.BEGIN in (ROOT / "README.md").read_text()
+    assert script.BEGIN in (ROOT / "docs" / "clients.md").read_text()

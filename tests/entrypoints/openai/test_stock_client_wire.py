@@ -16,7 +16,7 @@ from server_harness import b64, run_server, sine_pcm16, wire
 from omniduplex.protocol.duplex.errors import OPENAI_CODES
 
 GA = pydantic.TypeAdapter(ga_types.RealtimeServerEvent)
-README = Path(__file__).resolve().parents[3] / "README.md"
+PROTOCOL_DOC = Path(__file__).resolve().parents[3] / "docs" / "protocol.md"
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +120,8 @@ async def test_every_response_done_carries_usage(server) -> None:
     assert GA.validate_python(done).type == "response.done"
 
 
-def test_the_readme_lists_every_openai_code() -> None:
-    text = README.read_text()
+def test_the_protocol_doc_lists_every_openai_code() -> None:
+    text = PROTOCOL_DOC.read_text()
     row = r"^\s*\| [^|]+ \| `([a-z_]+)` \| `[a-z_]+` \| \"([^\"]+)\" \|$"
     listed = dict(re.findall(row, text, flags=re.MULTILINE))
     assert listed == dict(OPENAI_CODES)
