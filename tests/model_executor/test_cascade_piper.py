@@ -37,7 +37,9 @@ RATE = 24_000
 
 
 def piper_says(text: str, rate_hz: int, *, lead_ms: int = 0, tail_ms: int = 0) -> np.ndarray:
-    voice = PiperSpeechVoice()
+    """The user's words, unsampled: the same question is the same audio on every run, and
+    what Whisper hears of it is checked by the words that carry it, not a transcript."""
+    voice = PiperSpeechVoice(sampled=False)
     spoken = soxr.resample(voice.synthesize(text), voice.sample_rate_hz, rate_hz)
     lead = np.zeros(rate_hz * lead_ms // 1000, dtype=np.float32)
     tail = np.zeros(rate_hz * tail_ms // 1000, dtype=np.float32)
