@@ -16,6 +16,7 @@ pytest.importorskip("espeakng_loader")
 
 from cascade_helpers import IN_RATE as RATE
 from cascade_helpers import SENTENCES, Reader, silence, speak, write_deploy
+from word_errors import heard_as
 
 from omniduplex.config.pipeline import load_deploy_config
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
@@ -23,6 +24,9 @@ from omniduplex.model_executor.models.cascade.synthetic import say
 from omniduplex.protocol.duplex import command_from_realtime
 
 LONG = SENTENCES[-1]
+# What is heard is checked by the words that carry it and a word-error bound with room:
+# the exact words pocketsphinx gives may move with its version.
+LONG_KEY_WORDS = {"weather", "today"}
 DELTA = "conversation.item.input_audio_transcription.delta"
 COMPLETED = "conversation.item.input_audio_transcription.completed"
 
@@ -55,9 +59,9 @@ async def test_hypotheses_arrive_while_speaking_and_add_up_to_the_transcript(pip
     committed = events[kinds.index("input_audio_buffer.committed")]
     completed = events[kinds.index(COMPLETED)]
     assert started.item_id == committed.item_id == completed.item_id
-    assert completed.transcript == LONG
+    assert heard_as(completed.transcript, LONG, LONG_KEY_WORDS)
     # Streamed words only ever extend what was sent, and they end as the transcript.
-    assert deltas_of(events, committed.item_id) == LONG
+    assert deltas_of(events, committed.item_id) == completed.transcript
     assert kinds.index(DELTA) < kinds.index("input_audio_buffer.speech_stopped")
     assert max(i for i, k in enumerate(kinds) if k == DELTA) < kinds.index(COMPLETED)
     assert kinds.index(COMPLETED) < kinds.index("response.output_audio.delta")
@@ -79,7 +83,7 @@ async def test_a_turn_without_a_response_is_still_transcribed_once(pipeline) -> 
         await handle.close()
     kinds = types(events)
     completed = events[kinds.index(COMPLETED)]
-    assert completed.transcript == "what day is it"
+    assert heard_as(completed.transcript, "what day is it", {"day"})
     assert kinds.index(COMPLETED) < kinds.index("response.created")
     assert kinds.count(COMPLETED) == 1  # the response did not report it a second time
     done = events[-1].response
@@ -129,6 +133,7 @@ async def test_a_cancel_while_the_user_speaks_moves_the_utterance_to_the_new_epo
     assert later, kinds[cancel_at:stopped_at]
     assert all(e.epoch == cancelled.epoch for e in later)
     committed = events[kinds.index("input_audio_buffer.committed")]
-    assert deltas_of(events, committed.item_id) == LONG
-    assert events[kinds.index(COMPLETED)].transcript == LONG
+    transcript = events[kinds.index(COMPLETED)].transcript
+    assert heard_as(transcript, LONG, LONG_KEY_WORDS)
+    assert deltas_of(events, committed.item_id) == transcript
     assert events[-1].response["status"] == "completed"

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoints" / "op
 
 from server_harness import TIMEOUT_S, run_app
 from whisper_double import ScriptedWhisperDouble
+from word_errors import word_errors
 
 from omniduplex.config.pipeline import load_deploy_config
 from omniduplex.engine.duplex.plugin import load_duplex_plugin
@@ -65,17 +66,6 @@ SENTENCES = [
 ]
 WER_BOUND = 0.06
 RATE = 16_000
-
-
-def word_errors(reference: str, heard: str) -> int:
-    """Levenshtein distance over words (substitutions, insertions, deletions)."""
-    ref, hyp = reference.split(), heard.split()
-    row = list(range(len(hyp) + 1))
-    for i, word in enumerate(ref, 1):
-        diagonal, row[0] = row[0], i
-        for j, other in enumerate(hyp, 1):
-            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (word != other))
-    return row[len(hyp)]
 
 
 @pytest.fixture(scope="module")
