@@ -42,6 +42,7 @@ SESSION_FIELDS = [
     "ref_audio",
     "overlap_policy",
     "output_audio_pacing",
+    "output_audio_lead",
     "extra_body",
     "audio",
 ]
@@ -52,6 +53,7 @@ EXTRA_FIELDS = [
     "overlap_short_ack_ms",
     "overlap_barge_in_ms",
     "output_audio_lead_ms",
+    "output_audio_lead",
     "overlap_silence_rms",
     "backchannel_policy",
     "backchannel_max_ms",

@@ -16,9 +16,12 @@ here. 1920 s in all is 16 such turns (the default ``max_sessions``), about 123 M
 16 kHz and 184 MB at 24 kHz. A deployment with more sessions shares it: turns under
 server VAD keep little more than the speech itself.
 
-``output_audio_pacing`` / ``output_audio_lead_ms`` are the sessions' defaults for the
-playout clock (a session may change both in ``session.update``): ``realtime`` releases a
-response's audio at real time plus the lead, ``none`` as fast as it is generated.
+``output_audio_pacing`` / ``output_audio_lead_ms`` / ``output_audio_lead`` are the
+sessions' defaults for the playout clock (a session may change each in
+``session.update``): ``realtime`` releases a response's audio at real time plus the lead,
+``none`` as fast as it is generated. The lead is at most ``output_audio_lead_ms``:
+``adaptive`` keeps what the jitter of the session's own input arrivals needs
+(session/arrival_jitter.py), ``fixed`` exactly that.
 ``max_unplayed_output_bytes_per_session`` bounds the audio a paced response may hold in
 the engine ahead of its playout (base64 text; 8 MiB is about 130 s of 24 kHz pcm16): a
 response that generates more than that ahead of real time fails with
@@ -47,7 +50,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 _CHECKED_APART = frozenset(
-    {"idle_ttl_s", "output_audio_pacing", "output_audio_lead_ms", "when_full"}
+    {"idle_ttl_s", "output_audio_pacing", "output_audio_lead_ms", "output_audio_lead", "when_full"}
 )
 WHEN_FULL = ("refuse", "evict_detached")
 
@@ -71,6 +74,7 @@ class DuplexSessionRuntimeConfig:
     offload_workers: int = 4
     output_audio_pacing: str = "realtime"
     output_audio_lead_ms: int = 300
+    output_audio_lead: str = "adaptive"
     max_unplayed_output_bytes_per_session: int = 8 * 1024 * 1024
     when_full: str = "evict_detached"
 
@@ -79,6 +83,8 @@ class DuplexSessionRuntimeConfig:
             raise ValueError("duplex_session.idle_ttl_s must be positive or null")
         if self.output_audio_pacing not in ("realtime", "none"):
             raise ValueError("duplex_session.output_audio_pacing must be realtime or none")
+        if self.output_audio_lead not in ("adaptive", "fixed"):
+            raise ValueError("duplex_session.output_audio_lead must be adaptive or fixed")
         if self.when_full not in WHEN_FULL:
             raise ValueError(f"duplex_session.when_full must be one of {', '.join(WHEN_FULL)}")
         lead = self.output_audio_lead_ms

@@ -41,6 +41,9 @@ BACKCHANNEL_POLICIES = ("barge_in", "ignore")
 #: ``realtime``: the engine releases a response's audio at real time plus the lead;
 #: ``none``: as fast as it is generated (offline uses).
 PACINGS = ("realtime", "none")
+# How a paced response's lead is chosen: from the session's arrival jitter, at most
+# output_audio_lead_ms (session/arrival_jitter.py), or exactly output_audio_lead_ms.
+LEAD_POLICIES = ("adaptive", "fixed")
 # Keys we echo back as the client sent them (``tools`` and ``tool_choice`` are echoed too,
 # once checked: a model that ``supports_tools`` calls them).
 _ECHOED = (
@@ -160,6 +163,7 @@ class SessionSettings:
     playback_commit_policy: str = "commit_all_on_done"
     output_audio_pacing: str = "realtime"
     output_audio_lead_ms: int = 300
+    output_audio_lead: str = "adaptive"
     idle_timeout_s: float | None = None
     auto_response: bool = False
     ref_audio: str | None = None
@@ -191,11 +195,13 @@ class SessionSettings:
         max_idle_timeout_s: float = 3600.0,
         output_audio_pacing: str = "realtime",
         output_audio_lead_ms: int = 300,
+        output_audio_lead: str = "adaptive",
     ) -> SessionSettings:
         base = cls(
             model=served_model,
             output_audio_pacing=output_audio_pacing,
             output_audio_lead_ms=output_audio_lead_ms,
+            output_audio_lead=output_audio_lead,
         )
         return base.updated(payload or {}, opening=True, max_idle_timeout_s=max_idle_timeout_s)
 
@@ -278,6 +284,15 @@ class SessionSettings:
                         param="output_audio_pacing",
                     )
                 changes["output_audio_pacing"] = pacing
+            lead_policy = source.get("output_audio_lead")
+            if lead_policy is not None:
+                if lead_policy not in LEAD_POLICIES:
+                    raise RealtimeProtocolError(
+                        f"output_audio_lead must be one of {', '.join(LEAD_POLICIES)}",
+                        "invalid_session_config",
+                        param="output_audio_lead",
+                    )
+                changes["output_audio_lead"] = lead_policy
             backchannel = source.get("backchannel_policy")
             if backchannel is not None:
                 if backchannel not in BACKCHANNEL_POLICIES:
@@ -369,6 +384,8 @@ class SessionSettings:
             "playback_commit_policy": self.playback_commit_policy,
             "output_audio_pacing": self.output_audio_pacing,
             "output_audio_lead_ms": self.output_audio_lead_ms,
+            "output_audio_lead": self.output_audio_lead,
+            "output_audio_lead_now_ms": session.playout_lead_ms(),
             "auto_response": self.auto_response,
             "idle_timeout_s": session.lease.config.idle_ttl_s,
             "playback": session.current_playback().as_dict(),

@@ -149,6 +149,8 @@ class InputFlow(Inputs):
         session = self.session
         generation = session.input_generation
         ctx = self.ctx
+        # Stamped on receipt: decoding happens on a worker thread, whose delay is ours.
+        arrived_at = ctx.clock()
 
         released = False
         reservation = self._hold.begin()
@@ -174,6 +176,7 @@ class InputFlow(Inputs):
                 release()
             if decoded is None or not session.open or session.input_generation != generation:
                 return  # the input was cancelled while it was being decoded
+            session.arrival_jitter.observe(arrived_at, decoded.samples.size / self.rate_hz)
             self._accept(decoded, command, reservation)
 
         task = ctx.input_tail.track(work)

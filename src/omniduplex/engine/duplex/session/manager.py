@@ -139,6 +139,7 @@ class DuplexSessionManager:
                 max_idle_timeout_s=self.runtime.max_idle_timeout_s,
                 output_audio_pacing=self.runtime.output_audio_pacing,
                 output_audio_lead_ms=self.runtime.output_audio_lead_ms,
+                output_audio_lead=self.runtime.output_audio_lead,
             ).updated(payload, opening=True, max_idle_timeout_s=self.runtime.max_idle_timeout_s)
             model_config = settings.as_model_config()
             # Plugin hooks may block (loading a voice prompt): keep them off the loop.

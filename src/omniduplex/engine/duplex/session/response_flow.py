@@ -165,7 +165,7 @@ class ResponseFlow(Responses):
         )
         self._end_play_out()
         settings = session.settings
-        self.playout.begin(response_id, paced=settings.paced, lead_ms=settings.output_audio_lead_ms)
+        self.playout.begin(response_id, paced=settings.paced, lead_ms=session.playout_lead_ms())
         session.advance(TurnStep.RESPONSE_START, response)
         session.response_counter += 1
         session.last_response_id = response_id

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..capabilities import DuplexCapabilities
 from ..contracts import DuplexFence
+from .arrival_jitter import ArrivalJitter
 from .history import ConversationStore
 from .lease import DuplexLeaseState
 
@@ -254,6 +255,7 @@ class DuplexEngineSession:
     pending_turns: int = 0
     response_counter: int = 0
     request_ids: set[str] = field(default_factory=set)
+    arrival_jitter: ArrivalJitter = field(default_factory=ArrivalJitter)
     # Written only by ``advance``: read them as ``turn_state`` and ``response``.
     _turn_state: TurnState = field(default=TurnState.IDLE, init=False)
     _response: ActiveResponse | None = field(default=None, init=False)
@@ -290,6 +292,14 @@ class DuplexEngineSession:
             self._response = None
         if target is not None:
             self._turn_state = target
+
+    def playout_lead_ms(self) -> int:
+        """The lead the next paced response keeps: ``output_audio_lead_ms`` when the lead
+        is ``fixed``, else what this session's arrival jitter needs, at most that."""
+        ceiling = self.settings.output_audio_lead_ms
+        if self.settings.output_audio_lead == "fixed":
+            return ceiling
+        return self.arrival_jitter.lead_ms(ceiling)
 
     @property
     def fence(self) -> DuplexFence:
