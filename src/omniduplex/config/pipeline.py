@@ -19,13 +19,16 @@ A deploy file describes one deployment::
           factory: package.module:Model
           kwargs: {chunk_size: 4}
 
-Every problem is reported as a ``ValueError`` that names the file and the key.
+Every problem is reported as a ``ValueError`` that names the file and the key; an unknown
+key also names the nearest known one (``unknown key 'sesion_mode' (did you mean
+'session_mode'?)``).
 """
 
 from __future__ import annotations
 
+import difflib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,12 +190,18 @@ class PipelineConfig:
 # ---- parsing ----------------------------------------------------------------------------
 
 
+def unknown_key_message(key: str, known: Iterable[str]) -> str:
+    """``unknown key 'sesion_mode' (did you mean 'session_mode'?)``: a typo names its fix."""
+    nearest = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    hint = f" (did you mean {nearest[0]!r}?)" if nearest else ""
+    return f"unknown key {key!r}{hint}"
+
+
 def _check_keys(raw: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
     unknown = sorted(str(k) for k in raw if k not in allowed)
     if unknown:
-        raise ValueError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(allowed))}"
-        )
+        named = "; ".join(unknown_key_message(key, allowed) for key in unknown)
+        raise ValueError(f"{where}: {named}; the known keys are {', '.join(sorted(allowed))}")
 
 
 def _parse_model(raw: object, where: str) -> StageModelSpec:

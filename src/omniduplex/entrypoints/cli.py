@@ -1,14 +1,24 @@
 """``omniduplex`` command line: ``serve`` a deployment, ``bench`` a server, list
-``deployments``."""
+``deployments``.
+
+Whatever stops ``serve`` before the server is ready (a deploy file, a model that cannot
+load, a port in use, a Ray head that does not answer) is one line on stderr, ``omniduplex:
+error: ...``, and a non-zero exit status (``CONFIG_ERROR_EXIT_CODE`` when the command line
+or the deploy file is wrong, ``STARTUP_FAILURE_EXIT_CODE`` when the deployment could not
+start); the traceback is printed only with ``--log-level debug``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import dataclasses
+import errno
 import logging
+import socket
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +32,115 @@ def _deployments() -> list[str]:
 
 # The exit status of a server stopped because its engine died (``--exit-on-engine-failure``).
 ENGINE_FAILURE_EXIT_CODE = 1
+# The command line or the deploy file is wrong: nothing was started.
+CONFIG_ERROR_EXIT_CODE = 2
+# The deployment could not start (a model, a GPU, the port); uvicorn's own code for it.
+STARTUP_FAILURE_EXIT_CODE = 3
+
+
+class StartupError(Exception):
+    """Why ``omniduplex serve`` cannot start, in words a person can act on: what is wrong,
+    which key or file, what to do. ``main`` prints it as one line and returns
+    ``exit_code``; what caused it (``__cause__``) is printed only at ``--log-level debug``."""
+
+    def __init__(self, message: str, *, exit_code: int = STARTUP_FAILURE_EXIT_CODE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class StartupLogFilter(logging.Filter):
+    """Until the server is ready, keeps tracebacks out of the log: a record's exception
+    (a stage's ``model construction failed``) is reduced to its message, and uvicorn's
+    ``Application startup failed. Exiting.`` is dropped, for the CLI says why in one line.
+    Once ``ready()`` says so it passes everything, so a failure while serving keeps its
+    traceback."""
+
+    def __init__(self, ready: Callable[[], bool]) -> None:
+        super().__init__()
+        self._ready = ready
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._ready():
+            return True
+        if record.name.startswith("uvicorn") and record.getMessage() == _UVICORN_STARTUP_FAILED:
+            return False
+        record.exc_info = None
+        record.exc_text = None
+        record.stack_info = None
+        return True
+
+
+_UVICORN_STARTUP_FAILED = "Application startup failed. Exiting."
+
+
+class LifespanWatch:
+    """The app as uvicorn sees it, keeping what made its startup fail (``startup_error``)
+    for the CLI to say. ``quiet``: the ``lifespan.startup.failed`` message goes without
+    its text, the whole traceback that Starlette puts there for uvicorn to log."""
+
+    def __init__(self, app: Any, *, quiet: bool) -> None:
+        self.app = app
+        self.quiet = quiet
+        self.startup_error: BaseException | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched_send(message: Any) -> None:
+            nonlocal started
+            kind = message.get("type")
+            started = started or kind == "lifespan.startup.complete"
+            if kind == "lifespan.startup.failed" and self.quiet:
+                message = {**message, "message": ""}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched_send)
+        except BaseException as exc:
+            if not started:
+                self.startup_error = exc
+            raise
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail at once, before any model loads, when ``host:port`` cannot be listened on.
+
+    uvicorn binds only after the app's startup, which loads every model; a port in use
+    would otherwise be found minutes later. Port 0 (any free port) needs no check."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise StartupError(
+            f"--host {host!r} is not an address this machine can listen on ({exc.strerror}); "
+            "pass an IP address (127.0.0.1, 0.0.0.0) or a name that resolves here",
+            exit_code=CONFIG_ERROR_EXIT_CODE,
+        ) from exc
+    if port == 0:
+        return
+    for family, kind, proto, _, address in dict.fromkeys(
+        (info[0], info[1], info[2], None, info[4]) for info in addresses
+    ):
+        with socket.socket(family, kind, proto) as probe:
+            # As uvicorn (asyncio) binds: address reuse on, IPv6 sockets IPv6 only.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPV6_V6ONLY"):
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise StartupError(
+                        f"port {port} on {host} is already in use: stop what listens there "
+                        f"(`ss -ltnp 'sport = :{port}'` names it) or pass --port with a free "
+                        "port"
+                    ) from exc
+                raise StartupError(
+                    f"cannot listen on {host}:{port} ({exc.strerror}); pass another --host "
+                    "or --port (ports below 1024 need privileges)"
+                ) from exc
 
 
 def _graceful_server_class() -> type:
@@ -33,15 +152,19 @@ def _graceful_server_class() -> type:
         restart budget spent) stops the server once its sessions are closed, and
         ``engine_failure`` says why."""
 
-        def __init__(self, config: Any, *, exit_on_engine_failure: bool = False) -> None:
+        def __init__(
+            self, config: Any, *, app: Any = None, exit_on_engine_failure: bool = False
+        ) -> None:
             super().__init__(config)
+            # The FastAPI app (config.app may be a wrapper around it).
+            self.app = config.app if app is None else app
             self.exit_on_engine_failure = exit_on_engine_failure
             self.engine_failure: str | None = None
             self._engine_watch: asyncio.Task[None] | None = None
 
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets)  # the app's lifespan has started the engine
-            omni = getattr(getattr(self.config.app, "state", None), "omni", None)
+            omni = getattr(getattr(self.app, "state", None), "omni", None)
             if self.exit_on_engine_failure and omni is not None and not self.should_exit:
                 self._engine_watch = asyncio.create_task(self._exit_when_engine_dies(omni))
 
@@ -58,8 +181,7 @@ def _graceful_server_class() -> type:
         async def shutdown(self, sockets=None) -> None:
             if self._engine_watch is not None:
                 self._engine_watch.cancel()
-            app = self.config.app
-            handler = getattr(getattr(app, "state", None), "handlers", {}).get("handler")
+            handler = getattr(getattr(self.app, "state", None), "handlers", {}).get("handler")
             if handler is not None:
                 await handler.shutdown()
             await super().shutdown(sockets)
@@ -92,19 +214,95 @@ def uvicorn_config(app: Any, *, host: str, port: int, log_level: str) -> Any:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from ..config.pipeline import load_deploy_config
+    debug = args.log_level.lower() in ("debug", "trace")
+    try:
+        return _run_server(args, debug=debug)
+    except StartupError as exc:
+        if debug and exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__)
+        print(f"omniduplex: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _run_server(args: argparse.Namespace, *, debug: bool) -> int:
+    """Serve until stopped; anything that stops it before it is ready is a ``StartupError``."""
+    from ..config.pipeline import load_deploy_config, resolve_deploy_path
+
+    deployment = args.deployment or DEFAULT_DEPLOYMENT
+    try:
+        deploy_file = str(resolve_deploy_path(deployment))
+        pipeline = load_deploy_config(deployment)
+    except (OSError, ValueError) as exc:
+        raise StartupError(str(exc), exit_code=CONFIG_ERROR_EXIT_CODE) from exc
+    check_port_free(args.host, args.port)
+    where = f"cannot start {pipeline.name} ({deploy_file})"
+    try:
+        app, cluster = _build_server_app(args, pipeline)
+    except StartupError:
+        raise
+    except Exception as exc:
+        raise StartupError(f"{where}: {type(exc).__name__}: {exc}") from exc
+
+    from .server_logging import configure_server_logs
+
+    logging.basicConfig(level=args.log_level.upper())
+    watch = LifespanWatch(app, quiet=not debug)
+    config = uvicorn_config(
+        watch,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+    )
+    configure_server_logs([args.api_key] if args.api_key else [])  # uvicorn's handlers exist now
+    server = _graceful_server_class()(
+        config, app=app, exit_on_engine_failure=args.exit_on_engine_failure
+    )
+    if not debug:
+        _filter_server_logs(StartupLogFilter(lambda: server.started))
+    try:
+        server.run()
+    except SystemExit as exc:
+        # uvicorn exits this way when the app's startup fails or the port cannot be bound.
+        if server.started:
+            raise
+        failed = watch.startup_error
+        if failed is None:
+            raise StartupError(
+                f"{where}: could not listen on {args.host}:{args.port} (the line above says "
+                "why); pass another --host or --port"
+            ) from exc
+        raise StartupError(f"{where}: {_reason(failed)}") from failed
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    return 0 if server.engine_failure is None else ENGINE_FAILURE_EXIT_CODE
+
+
+def _reason(exc: BaseException) -> str:
+    # A ValueError or an engine error says it all; other types add their name.
+    from ..engine.errors import EngineStartupError
+
+    if isinstance(exc, EngineStartupError | ValueError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _filter_server_logs(log_filter: logging.Filter) -> None:
+    from .server_logging import SERVER_LOGGERS
+
+    for name in SERVER_LOGGERS:
+        for handler in logging.getLogger(name).handlers:
+            handler.addFilter(log_filter)
+
+
+def _build_server_app(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any]:
+    """The app that serves ``pipeline`` and, with ``--ray``, the cluster it fronts."""
     from .async_omni import AsyncOmni
     from .duplex_omni import DuplexOmni
     from .openai.api_server import build_app
     from .openai.origins import OriginPolicy
-    from .server_logging import configure_server_logs
     from .turn_responses import turn_plugin
 
-    try:
-        pipeline = load_deploy_config(args.deployment or DEFAULT_DEPLOYMENT)
-    except (OSError, ValueError) as exc:
-        print(f"omniduplex serve: {exc}", file=sys.stderr)
-        return 2
     if args.max_sessions is not None:
         session = {**pipeline.duplex_session, "max_sessions": args.max_sessions}
         pipeline = dataclasses.replace(pipeline, duplex_session=session)
@@ -112,46 +310,37 @@ def _serve(args: argparse.Namespace) -> int:
     origins = OriginPolicy.for_bind(
         args.host, allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin
     )
-    cluster = None
     if args.ray is not None:
         if pipeline.session_mode != "duplex":
-            print("omniduplex serve: --ray serves duplex deployments only", file=sys.stderr)
-            return 2
+            raise StartupError(
+                f"--ray serves duplex deployments only; {pipeline.name} has session_mode: "
+                f"{pipeline.session_mode} (serve it without --ray)",
+                exit_code=CONFIG_ERROR_EXIT_CODE,
+            )
         from .cluster.app import build_cluster_app
         from .cluster.ray_backend import ClusterUnavailableError, RayCluster
 
         try:
             cluster = RayCluster.connect(args.ray, pipeline)
         except (ClusterUnavailableError, ValueError) as exc:
-            print(f"omniduplex serve: {exc}", file=sys.stderr)
-            return 2
+            raise StartupError(str(exc), exit_code=CONFIG_ERROR_EXIT_CODE) from exc
         app = build_cluster_app(
             cluster, api_key=args.api_key, model_name=model_name, origins=origins
         )
-    elif pipeline.session_mode == "duplex":
-        app = build_app(
-            DuplexOmni(pipeline), api_key=args.api_key, model_name=model_name, origins=origins
-        )
-    else:
-        # Turn-based: the same stages through AsyncOmni; the model's plugin (if it has one)
-        # only plans chat requests and reads their outputs.
-        app = build_app(
-            AsyncOmni(pipeline),
-            api_key=args.api_key,
-            model_name=model_name,
-            plugin=turn_plugin(pipeline),
-            origins=origins,
-        )
-    logging.basicConfig(level=args.log_level.upper())
-    config = uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level)
-    configure_server_logs([args.api_key] if args.api_key else [])  # uvicorn's handlers exist now
-    server = _graceful_server_class()(config, exit_on_engine_failure=args.exit_on_engine_failure)
-    try:
-        server.run()
-    finally:
-        if cluster is not None:
-            cluster.stop()
-    return 0 if server.engine_failure is None else ENGINE_FAILURE_EXIT_CODE
+        return app, cluster
+    if pipeline.session_mode == "duplex":
+        omni = DuplexOmni(pipeline)
+        return build_app(omni, api_key=args.api_key, model_name=model_name, origins=origins), None
+    # Turn-based: the same stages through AsyncOmni; the model's plugin (if it has one)
+    # only plans chat requests and reads their outputs.
+    app = build_app(
+        AsyncOmni(pipeline),
+        api_key=args.api_key,
+        model_name=model_name,
+        plugin=turn_plugin(pipeline),
+        origins=origins,
+    )
+    return app, None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -166,7 +355,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--api-key", default=None, help="require this key on every route")
     serve.add_argument("--max-sessions", type=int, default=None)
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        type=str.lower,
+        choices=("critical", "error", "warning", "info", "debug"),
+        help="debug also prints the traceback of an error that stops the server starting",
+    )
     serve.add_argument(
         "--allowed-origin",
         action="append",

@@ -12,6 +12,14 @@ that dies for any reason (a signal, ``os._exit``, a failing constructor) becomes
 
 Because of ``spawn``, a script that starts an engine with process stages must guard its
 entry point with ``if __name__ == "__main__":`` (the child re-imports the main module).
+
+The parent decides when its stages stop. A SIGTERM sent to the whole process group
+(systemd's default stop, a container stop, ``kill -TERM -PGID``) reaches the child as
+well as the server; the child leaves it to the parent, whose shutdown closes the
+sessions and then stops each stage in order, so the worker's exit is not a death to
+report or to restart. Only a SIGTERM sent by the parent itself (``stop`` past its
+timeout, multiprocessing's exit handler), or one that comes once the parent is gone,
+ends the child at once.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import contextlib
 import logging
 import multiprocessing
 import multiprocessing.connection
+import os
 import signal
 import sys
 import threading
@@ -245,6 +254,8 @@ class SubprocessStageWorker(StageWorker):
         conn.close()
         self._dead = True
         if self._stopping:
+            # Asked to stop: an expected exit, said once, and never a restart.
+            log.info("%s: worker process %s stopped", self.name, process.pid)
             self._startup.open()
             return
         reason = self._exit_note or _describe_exit(process.pid, process.exitcode)
@@ -339,9 +350,11 @@ def _child_main(
     requests: multiprocessing.connection.Connection,
     conn: multiprocessing.connection.Connection,
 ) -> None:
-    # The parent decides when stages stop; a terminal Ctrl-C must not kill them first.
+    # The parent decides when stages stop; a terminal Ctrl-C must not kill them first,
+    # nor a SIGTERM sent to the whole process group.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = multiprocessing.parent_process()
+    _leave_group_sigterm_to_parent(os.getppid(), parent)
     try:
         model = spec.build()
     except BaseException as exc:
@@ -372,3 +385,26 @@ def _child_main(
         except Exception:
             log.exception("stage %d: model.close() raised", stage_index)
     conn.close()
+
+
+def _leave_group_sigterm_to_parent(parent_pid: int, parent: Any) -> None:
+    """Make a SIGTERM from anyone but the parent wait for the parent's ``StopWorker``.
+
+    SIGTERM is blocked in every thread (it must be, before the model starts any, for they
+    inherit the mask) and taken by one thread with ``sigwaitinfo``, which says who sent
+    it. The parent's own SIGTERM, or any once the parent is gone, is let through with its
+    default action: the child ends as ``terminate()`` expects. Where ``sigwaitinfo`` is
+    missing (macOS), SIGTERM keeps its default action."""
+    if not hasattr(signal, "sigwaitinfo") or not hasattr(signal, "pthread_sigmask"):
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def wait_for_the_parents_sigterm() -> None:
+        while True:
+            sent = signal.sigwaitinfo({signal.SIGTERM})
+            if sent.si_pid == parent_pid or (parent is not None and not parent.is_alive()):
+                break
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+    threading.Thread(target=wait_for_the_parents_sigterm, name="sigterm", daemon=True).start()

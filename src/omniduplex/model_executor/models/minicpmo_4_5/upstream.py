@@ -78,7 +78,8 @@ def missing_prerequisites(options: MiniCPMO45Options) -> list[str]:
     if not options.model_dir:
         missing.append(
             "model_dir is not set: point it at a local copy of openbmb/MiniCPM-o-4_5 "
-            "(huggingface-cli download openbmb/MiniCPM-o-4_5 --local-dir <dir>)"
+            "(huggingface-cli download openbmb/MiniCPM-o-4_5 --local-dir <dir>), in a copy "
+            "of the deploy file (stages[0].model.kwargs.model_dir)"
         )
     else:
         folder = Path(options.model_dir).expanduser()
@@ -101,7 +102,10 @@ def missing_prerequisites(options: MiniCPMO45Options) -> list[str]:
         missing.append('torch is not installed (pip install -e ".[minicpmo]")')
     else:
         if options.device.startswith("cuda") and not torch.cuda.is_available():
-            missing.append("no CUDA GPU is visible (torch.cuda.is_available() is False)")
+            missing.append(
+                "no CUDA GPU is visible (torch.cuda.is_available() is False): run on a "
+                "machine with an NVIDIA GPU and its driver, and check CUDA_VISIBLE_DEVICES"
+            )
     try:
         importlib.import_module("transformers")
     except ImportError:
