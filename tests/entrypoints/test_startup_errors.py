@@ -60,11 +60,26 @@ def test_an_unknown_deploy_key_names_the_nearest_known_key(tmp_path: Path) -> No
     assert debug.returncode == CONFIG_ERROR_EXIT_CODE and "Traceback" in debug.stderr
 
 
+def test_an_unknown_duplex_session_key_names_the_nearest_known_key(tmp_path: Path) -> None:
+    deploy = tmp_path / "session.yaml"
+    deploy.write_text("base_config: loopback.yaml\nduplex_session: {max_sesions: 4}\n")
+    line = _error_line(_serve(str(deploy), "--port", "0"), CONFIG_ERROR_EXIT_CODE)
+    assert f"{deploy}: duplex_session: unknown key 'max_sesions'" in line
+    assert "(did you mean 'max_sessions'?)" in line
+
+
 def test_an_unknown_stage_key_names_the_stage_and_the_nearest_key(tmp_path: Path) -> None:
     deploy = tmp_path / "stage.yaml"
     deploy.write_text("name: x\nstages: [{name: s, model: 'pkg:M', max_batchs: 2}]\n")
     line = _error_line(_serve(str(deploy)), CONFIG_ERROR_EXIT_CODE)
     assert f"{deploy}: stages[0]: unknown key 'max_batchs' (did you mean 'max_batch'?)" in line
+
+
+def test_a_missing_deploy_key_names_where_it_is_missing(tmp_path: Path) -> None:
+    deploy = tmp_path / "no-model.yaml"
+    deploy.write_text("name: x\nstages: [{name: s, worker: thread}]\n")
+    line = _error_line(_serve(str(deploy)), CONFIG_ERROR_EXIT_CODE)
+    assert f"{deploy}: stages[0].model: missing" in line
 
 
 def test_a_missing_deploy_file_lists_the_shipped_deployments() -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -211,7 +211,7 @@ def _parse_model(raw: object, where: str) -> StageModelSpec:
         raise ValueError(f"{where}: must be a mapping with factory and kwargs, got {raw!r}")
     _check_keys(raw, _MODEL_KEYS, where)
     if "factory" not in raw:
-        raise ValueError(f"{where}.factory: missing")
+        raise ValueError(f"{where}.factory: missing (a package.module:Class that builds the model)")
     kwargs = raw.get("kwargs") or {}
     if not isinstance(kwargs, Mapping):
         raise ValueError(f"{where}.kwargs: must be a mapping, got {kwargs!r}")
@@ -227,7 +227,7 @@ def _parse_stage(raw: object, where: str) -> StageConfig:
     _check_keys(raw, _STAGE_KEYS, where)
     for key in ("name", "model"):
         if key not in raw:
-            raise ValueError(f"{where}.{key}: missing")
+            raise ValueError(f"{where}.{key}: missing (every stage needs a name and a model)")
     options = {key: raw[key] for key in ("worker", "max_batch", "max_restarts") if key in raw}
     try:
         return StageConfig(
@@ -243,7 +243,7 @@ def parse_pipeline_config(raw: Mapping[str, Any], *, source: str = "<mapping>") 
         raise ValueError(f"{source}: a deploy config must be a mapping, got {type(raw).__name__}")
     _check_keys(raw, _PIPELINE_KEYS, source)
     if "name" not in raw:
-        raise ValueError(f"{source}: name: missing")
+        raise ValueError(f"{source}: name: missing (the deployment's name)")
     stages_raw = raw.get("stages")
     if not isinstance(stages_raw, list) or not stages_raw:
         raise ValueError(f"{source}: stages must be a non-empty list, got {stages_raw!r}")
@@ -328,6 +328,25 @@ def _read_yaml(path: Path, deploy_dir: Path | None, chain: tuple[Path, ...]) -> 
 def load_deploy_config(
     path_or_name: str | os.PathLike[str], *, deploy_dir: Path | None = None
 ) -> PipelineConfig:
-    """Load a deploy YAML file (a path, or a name in ``omniduplex/deploy/``)."""
+    """Load a deploy YAML file (a path, or a name in ``omniduplex/deploy/``).
+
+    A duplex deployment's ``duplex_session`` keys are checked here too, so a misspelt one
+    is named, with the nearest known key, before anything starts (the engine would refuse
+    it only once its startup began)."""
     path = resolve_deploy_path(path_or_name, deploy_dir=deploy_dir)
-    return parse_pipeline_config(_read_yaml(path, deploy_dir, ()), source=str(path))
+    config = parse_pipeline_config(_read_yaml(path, deploy_dir, ()), source=str(path))
+    if config.session_mode == "duplex":
+        _check_duplex_session_keys(config.duplex_session, str(path))
+    return config
+
+
+def _check_duplex_session_keys(session: Mapping[str, Any], source: str) -> None:
+    from ..engine.duplex.runtime_config import DuplexSessionRuntimeConfig
+
+    known = {f.name for f in fields(DuplexSessionRuntimeConfig)}
+    named = [unknown_key_message(str(key), known) for key in sorted(session) if key not in known]
+    if not named:
+        return
+    if not all("did you mean" in message for message in named):
+        named.append(f"the known keys are {', '.join(sorted(known))}")
+    raise ValueError(f"{source}: duplex_session: {'; '.join(named)}")
