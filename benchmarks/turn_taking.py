@@ -35,6 +35,13 @@ Categories, ``--cases`` each (20; ``--quick``: 5), one fresh session per case:
   system channel's speech); response latency: end of the interruption -> the system's
   next speech onset. Invalid as above.
 
+With ``--split tuning|heldout`` the pause and smooth cases come from
+``turn_taking_cases`` instead (the offline end-of-turn benchmark's set: complete-point,
+random-point and incomplete-point pauses of 0.6-2 s and smooth turns, five voices, a
+tuning and a held-out split with their own seeds), and the backchannels and
+interruptions are spoken by those voices in turn; categories ``complete_point``,
+``random_point``, ``incomplete_point``, ``smooth``, ``backchannel``, ``interruption``.
+
 Run against our server (started here): ``python benchmarks/turn_taking.py --deployment
 cascade [--quick] [--label NAME] [--session '{"turn_detection": ...}']``. Against any
 other Realtime endpoint: ``--url wss://HOST/v1/realtime?model=M [--api-key K]
