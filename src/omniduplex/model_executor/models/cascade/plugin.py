@@ -176,8 +176,8 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
             supports_response_voice=True,
             supports_semantic_vad=self._turn_model is not None,
             # The rule responder calls tools by its documented rule, the openai one through
-            # the chat endpoint's function calling; the 135M local model cannot.
-            supports_tools=self.engines.responder != "local",
+            # the chat endpoint's function calling, the local one under grammars.
+            supports_tools=True,
             optional_input_modalities=frozenset({"text"}),
             signal_sources=("client_event", "server_policy"),
             chunk_period_ms=self.cascade_options.unit_ms,

@@ -48,6 +48,7 @@ from omniduplex.engine.stage import StageInput, StageModel, StageOutput
 
 from .engines import responder_engine
 from .local_llm import LocalChatResponder
+from .local_tools import ToolCallPiece
 from .options import CascadeOptions
 from .spoken_text import SpokenText
 
@@ -210,16 +211,6 @@ def chat_tool_choice(choice: Any) -> Any:
     if isinstance(choice, Mapping):
         return {"type": "function", "function": {"name": choice.get("name")}}
     return choice
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallPiece:
-    """Part of a streamed function call: ``index`` tells the calls of one reply apart."""
-
-    index: int
-    call_id: str | None
-    name: str | None
-    arguments: str
 
 
 class OpenAIChatResponder:
@@ -463,15 +454,17 @@ class ResponderStageModel(StageModel):
                 {"kind": "reply", "text": NOT_UNDERSTOOD, "final": True, "_final": True}
             )
             return
+        # A small model neither knows the time nor copies it from a prompt reliably; a
+        # declared tool the model picks goes first (a client's own clock, say).
         clock = self.rules.clock_answer(user) if self.engine == "local" else None
-        if clock is not None:
-            # A small model neither knows the time nor copies it from a prompt reliably.
+        callable_tools = meta.get("tools") and meta.get("tool_choice") != "none"
+        if clock is not None and not callable_tools:
             reply.outbox.put({"kind": "reply", "text": clock, "final": True, "_final": True})
             return
         messages = chat_messages(
             self.options.system_prompt, meta.get("instructions"), meta.get("history") or (), user
         )
-        self._start_llm(request_id, reply, messages)
+        self._start_llm(request_id, reply, messages, rule_answer=clock)
 
     def _open_conversation(self, request_id: str, reply: _Reply) -> None:
         """Speak first (or again) from the instructions and the history alone."""
@@ -484,21 +477,30 @@ class ResponderStageModel(StageModel):
         messages = chat_messages(self.options.system_prompt, meta.get("instructions"), history, "")
         self._start_llm(request_id, reply, messages)
 
-    def _start_llm(self, request_id: str, reply: _Reply, messages: list[dict[str, Any]]) -> None:
+    def _start_llm(
+        self,
+        request_id: str,
+        reply: _Reply,
+        messages: list[dict[str, Any]],
+        rule_answer: str | None = None,
+    ) -> None:
         reply.thread = threading.Thread(
             target=self._run_llm,
-            args=(reply, messages),
+            args=(reply, messages, rule_answer),
             name=f"cascade-llm-{request_id[-24:]}",
             daemon=True,
         )
         reply.thread.start()
 
-    def _run_llm(self, reply: _Reply, messages: list[dict[str, Any]]) -> None:
+    def _run_llm(
+        self, reply: _Reply, messages: list[dict[str, Any]], rule_answer: str | None
+    ) -> None:
         assert self.llm is not None
         meta = reply.meta
         produced = False
         calls: dict[int, dict[str, Any]] = {}  # by the backend's index
         spoken = SpokenText()
+        extra = {"rule_answer": rule_answer} if rule_answer is not None else {}
         try:
             for delta in self.llm.stream(
                 messages,
@@ -507,6 +509,7 @@ class ResponderStageModel(StageModel):
                 cancelled=reply.cancelled,
                 tools=meta.get("tools") or (),
                 tool_choice=meta.get("tool_choice") or "auto",
+                **extra,
             ):
                 if reply.cancelled.is_set():
                     return
