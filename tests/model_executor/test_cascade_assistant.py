@@ -55,9 +55,12 @@ def voice() -> PiperSpeechVoice:
     return PiperSpeechVoice(sampled=False)
 
 
-def spoken(voice: Any, text: str, *, tail_ms: int = 1200) -> bytes:
-    """``text`` in the piper voice, noise-free (the same audio every time), then quiet long
-    enough for the server's VAD to end the turn; pcm16 at 24 kHz."""
+def spoken(voice: Any, text: str, *, tail_ms: int = 4500) -> bytes:
+    """``text`` in the piper voice, noise-free (the same audio every time), then quiet, as
+    a microphone goes on sending it, for longer than ``semantic_vad``'s longest wait at
+    ``auto`` (4 s): whether the words model calls a question finished or unsure moves with
+    what its context already holds, and a turn ends in audio time, so a shorter tail can
+    leave a turn the model is unsure of open for good; pcm16 at 24 kHz."""
     audio = soxr.resample(voice.synthesize(text), voice.sample_rate_hz, RATE).astype(np.float32)
     audio = np.concatenate(
         [np.zeros(RATE // 5, np.float32), audio, np.zeros(RATE * tail_ms // 1000, np.float32)]
@@ -146,7 +149,10 @@ async def test_talking_over_the_reply_stops_it_and_is_answered(server, voice) ->
 
         async def until(accept: Any) -> Any:
             while True:
-                event = await asyncio.wait_for(conn.recv(), TIMEOUT_S)
+                try:
+                    event = await asyncio.wait_for(conn.recv(), TIMEOUT_S)
+                except TimeoutError:
+                    pytest.fail(f"no event came; so far: {[e.type for e in events]}")
                 events.append(event)
                 assert event.type != "error", event
                 if accept(event):
