@@ -101,7 +101,10 @@ async def collect(client, seconds: float, *, until_done: int = 0) -> list[dict[s
 
 
 def check_lifecycles(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Every response: created, speak, deltas, listen, done(completed); nothing outside."""
+    """Every response: created, speak, deltas, listen, done(completed); nothing outside.
+
+    Only the last response may be open (cut by the window); its events keep that order.
+    """
     responses: list[list[dict[str, Any]]] = []
     current: list[dict[str, Any]] | None = None
     for event in events:
@@ -121,8 +124,12 @@ def check_lifecycles(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]
     for response in responses:
         kinds = [e["type"] for e in response]
         rid = response[0]["response"]["id"]
-        assert kinds[1] == "response.speak"  # the model decided to speak, first
-        assert kinds.index("response.speak") < kinds.index("response.output_audio.delta")
+        # The collecting window may close anywhere in the last response, even between
+        # its first events, so what it holds of that one is checked as a prefix.
+        if len(kinds) > 1:
+            assert kinds[1] == "response.speak"  # the model decided to speak, first
+        if "response.output_audio.delta" in kinds:
+            assert kinds.index("response.speak") < kinds.index("response.output_audio.delta")
         if "response.done" in kinds:
             done = response[-1]
             assert done["response"]["status"] == "completed"
