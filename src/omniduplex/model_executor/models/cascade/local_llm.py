@@ -9,9 +9,10 @@ free waits ``llm_wait_s`` for one, then fails alone. Each context holds ``llm_co
 tokens: a conversation longer than that (less the reply's token budget) loses its oldest
 turns first (``fit_to_context``), and never fails for its length.
 
-A response whose session declared tools first asks the model whether to call one and
-then for the call's arguments, both under llama.cpp grammars (``local_tools.py``); a
-function's output in the history reaches the model as a note it speaks from.
+A response whose session declared tools first picks the tool its words call for, by
+meaning, then asks the model for the call's arguments under a llama.cpp grammar
+(``local_tools.py``); a function's output in the history reaches the model as a note it
+speaks from.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .local_tools import ToolCallPiece, choose_tool, plain_messages, stream_arguments
+from .local_tools import ToolCallPiece, ToolRouter, plain_messages, stream_arguments
 from .options import CascadeOptions
 from .spoken_text import SpokenText
 from .tts_stage import first_phrase_end
@@ -68,6 +69,8 @@ def local_llm_unavailable(options: CascadeOptions) -> str | None:
     """
     if importlib.util.find_spec("llama_cpp") is None:
         return "llama-cpp-python is not installed (it compiles from source at install)"
+    if importlib.util.find_spec("wordllama") is None:
+        return "wordllama (which picks the tool a request calls for) is not installed"
     if options.llm_model_path:
         if not Path(options.llm_model_path).is_file():
             return f"llm_model_path {options.llm_model_path!r} is not a file"
@@ -198,6 +201,12 @@ class ContextPool:
             )
             return self._free.pop(best)
 
+    def acquire_spare(self) -> _Context | None:
+        """A free context for a side question (a call's arguments), without waiting: the
+        one freed longest ago, whose cache is least likely to be wanted next."""
+        with self._changed:
+            return self._free.pop(0) if self._free else None
+
     def release(self, context: _Context) -> None:
         with self._changed:
             self._free.append(context)
@@ -217,6 +226,7 @@ def load_context(options: CascadeOptions, model_path: str) -> Any:
         n_threads=options.llm_threads,
         n_threads_batch=options.llm_threads,
         seed=options.llm_seed,
+        chat_format=options.llm_chat_format,
         verbose=False,
     )
     system = {"role": "system", "content": options.system_prompt}
@@ -246,6 +256,7 @@ class LocalChatResponder:
         self.temperature = options.llm_temperature
         contexts = [load_context(options, self.model_path) for _ in range(options.llm_pool_size)]
         self.pool = ContextPool(contexts)
+        self.router = ToolRouter()
 
     def stream(
         self,
@@ -262,16 +273,16 @@ class LocalChatResponder:
         them) when the model picks one, else the reply a sentence at a time as the model
         writes it (the TTS stage speaks whole sentences anyway; the first may end at a
         comma), or ``rule_answer`` when one is given."""
-        asked = messages
-        messages = plain_messages(asked)
+        tool = self.router.choose(messages, tools, tool_choice)
+        if messages and messages[-1].get("role") == "tool":
+            temperature = 0.0  # a function's result is said as it is, not sampled around
+        messages = plain_messages(messages)
         context = self.pool.acquire(messages, self.wait_s)
         llm = context.llm
         written = ""
         try:
-            tool = choose_tool(llm, asked, tools, tool_choice)
             if tool is not None:
-                context.cached = []
-                yield from self._call(llm, messages, tool, cancelled)
+                yield from self._call_aside(context, messages, tool, cancelled)
                 return
             if rule_answer is not None:
                 yield rule_answer
@@ -310,6 +321,27 @@ class LocalChatResponder:
             context.cached = [*fitted, {"role": "assistant", "content": written}]
         finally:
             self.pool.release(context)
+
+    def _call_aside(
+        self,
+        context: _Context,
+        messages: list[dict[str, Any]],
+        tool: Mapping[str, Any],
+        cancelled: threading.Event,
+    ) -> Iterator[ToolCallPiece]:
+        """The call's arguments, written on a spare context when one is free, so that the
+        conversation's cache is still whole when the answer after the output needs it
+        (else the whole conversation is evaluated again: seconds, once it is long)."""
+        spare = self.pool.acquire_spare()
+        if spare is None:
+            context.cached = []  # the arguments' prompt takes this cache over
+            yield from self._call(context.llm, messages, tool, cancelled)
+            return
+        try:
+            spare.cached = []
+            yield from self._call(spare.llm, messages, tool, cancelled)
+        finally:
+            self.pool.release(spare)
 
     def _call(
         self,

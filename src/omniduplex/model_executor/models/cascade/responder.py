@@ -174,9 +174,10 @@ class ResponderError(RuntimeError):
 def chat_messages(
     system_prompt: str, instructions: str | None, history: Sequence[Mapping[str, Any]], user: str
 ) -> list[dict[str, Any]]:
-    """System prompt, then the session's instructions; history (function calls and their
-    outputs included), then the user's turn."""
-    system = f"{system_prompt} {instructions.strip()}" if instructions else system_prompt
+    """The session's instructions (or, when it set none, the deployment's system prompt),
+    history (function calls and their outputs included), then the user's turn. A client's
+    instructions replace the default prompt, as OpenAI's Realtime API does."""
+    system = instructions.strip() if instructions and instructions.strip() else system_prompt
     messages: list[dict[str, Any]] = [{"role": "system", "content": system.strip()}]
     for message in history:
         role = str(message.get("role", "user"))
