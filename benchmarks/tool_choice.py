@@ -53,14 +53,14 @@ MODELS: dict[str, dict[str, Any]] = {
 SPEED_PROMPT = "Tell me a long story about a lighthouse keeper and the sea, with many details."
 
 
-def installed_bytes(model: str) -> int:
+def installed_bytes(model: str, path: str | None) -> int:
     """What the model's weight packages take on disk (plus a file assembled from parts)."""
     total = 0
     for dist in MODELS[model]["dists"]:
         for entry in importlib.metadata.distribution(dist).files or ():
             total += entry.size or 0
-    if MODELS[model].get("assemble"):
-        total += Path(model_path(model)).stat().st_size
+    if path is not None:  # assembled from parts, a copy of its own
+        total += Path(path).stat().st_size
     return total
 
 
@@ -251,7 +251,7 @@ def relevance(open_set: list[Any], spoken: list[dict[str, Any]]) -> dict[str, An
 def run_model(model: str, splits: list[str], report: dict[str, Any]) -> None:
     context = multiprocessing.get_context("spawn")
     path, chat_format = model_path(model), MODELS[model]["chat_format"]
-    section: dict[str, Any] = {"installed_mb": round(installed_bytes(model) / 1e6, 1)}
+    section: dict[str, Any] = {"installed_mb": round(installed_bytes(model, path) / 1e6, 1)}
     for k, split in enumerate(splits):
         cases = draw_tool_cases(split)
         job = {

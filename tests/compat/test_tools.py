@@ -24,6 +24,7 @@ import pydantic
 import pytest
 from agents import function_tool
 from agents.realtime import RealtimeAgent, RealtimeRunner
+from livekit_tools import livekit_tool_turn
 from openai import AsyncOpenAI
 from server_harness import TIMEOUT_S, RunningServer, run_server
 
@@ -210,7 +211,6 @@ async def test_an_agents_sdk_function_tool_runs_and_the_agent_speaks_its_result(
 
 async def test_a_livekit_function_tool_runs_and_the_model_speaks_its_result(server) -> None:
     from livekit.agents import llm
-    from livekit.plugins import openai as lk_openai
 
     ran: list[str] = []
 
@@ -220,47 +220,12 @@ async def test_a_livekit_function_tool_runs_and_the_model_speaks_its_result(serv
         ran.append(place)
         return FORECAST
 
-    model = lk_openai.realtime.RealtimeModel(
-        base_url=server.http_url + "/v1", api_key="unused", model="cascade-rules"
-    )
-    session = model.session()
-    errors: list[Any] = []
-    session.on("error", errors.append)
-    try:
-        await session.update_instructions("Answer briefly.")
-        await session.update_tools([check_weather])
-        asked = session.chat_ctx.copy()
-        asked.add_message(role="user", content=ASK)
-        await session.update_chat_ctx(asked)
-        calls = await asyncio.wait_for(_calls(await session.generate_reply()), TIMEOUT_S)
-        # The framework runs the tool and puts its result in the chat context.
-        result = await llm.execute_function_call(calls[0], llm.ToolContext([check_weather]))
-        answered = session.chat_ctx.copy()
-        answered.items.append(result.fnc_call_out)
-        await session.update_chat_ctx(answered)
-        spoken = await asyncio.wait_for(_text(await session.generate_reply()), TIMEOUT_S)
-    finally:
-        await session.aclose()
-        await model.aclose()
+    turn = await livekit_tool_turn(server.http_url, "cascade-rules", check_weather, ASK)
+    calls, spoken, errors = turn.calls, turn.spoken, turn.errors
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("check_weather", {"place": ASK})]
     assert ran == [ASK]
     assert spoken == f"{FORECAST}."
     assert not errors, errors
-
-
-async def _calls(generation: Any) -> list[Any]:
-    async for message in generation.message_stream:
-        async for _ in message.text_stream:
-            pass
-    return [call async for call in generation.function_stream]
-
-
-async def _text(generation: Any) -> str:
-    text = ""
-    async for message in generation.message_stream:
-        async for piece in message.text_stream:
-            text += piece
-    return text
 
 
 async def test_a_pipecat_registered_function_runs_and_the_answer_speaks_its_result(

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from agents import function_tool
 from agents.realtime import RealtimeAgent, RealtimeRunner
+from livekit_tools import livekit_tool_turn
 from server_harness import TIMEOUT_S, RunningServer, run_server, wire
 
 HAS_LLM = bool(
@@ -78,7 +79,6 @@ async def test_a_livekit_function_tool_runs_and_the_default_model_speaks_its_res
     server,
 ) -> None:
     from livekit.agents import llm
-    from livekit.plugins import openai as lk_openai
 
     ran: list[str] = []
 
@@ -88,46 +88,13 @@ async def test_a_livekit_function_tool_runs_and_the_default_model_speaks_its_res
         ran.append(city)
         return f"{FORECAST}, 24 degrees"
 
-    model = lk_openai.realtime.RealtimeModel(
-        base_url=server.http_url + "/v1", api_key="unused", model="cascade"
-    )
-    session = model.session()
-    errors: list[Any] = []
-    session.on("error", errors.append)
-    try:
-        await session.update_instructions("Answer briefly.")
-        await session.update_tools([get_weather])
-        asked = session.chat_ctx.copy()
-        asked.add_message(role="user", content="What's the weather like in Paris tomorrow?")
-        await session.update_chat_ctx(asked)
-        calls = await asyncio.wait_for(_calls(await session.generate_reply()), TIMEOUT_S)
-        result = await llm.execute_function_call(calls[0], llm.ToolContext([get_weather]))
-        answered = session.chat_ctx.copy()
-        answered.items.append(result.fnc_call_out)
-        await session.update_chat_ctx(answered)
-        spoken = await asyncio.wait_for(_text(await session.generate_reply()), TIMEOUT_S)
-    finally:
-        await session.aclose()
-        await model.aclose()
+    ask = "What's the weather like in Paris tomorrow?"
+    turn = await livekit_tool_turn(server.http_url, "cascade", get_weather, ask)
+    calls, spoken, errors = turn.calls, turn.spoken, turn.errors
     assert [c.name for c in calls] == ["get_weather"]
     assert len(ran) == 1 and "paris" in ran[0].lower(), ran
     assert FORECAST in spoken.lower(), spoken
     assert not errors, errors
-
-
-async def _calls(generation: Any) -> list[Any]:
-    async for message in generation.message_stream:
-        async for _ in message.text_stream:
-            pass
-    return [call async for call in generation.function_stream]
-
-
-async def _text(generation: Any) -> str:
-    text = ""
-    async for message in generation.message_stream:
-        async for piece in message.text_stream:
-            text += piece
-    return text
 
 
 WIRE_TOOLS = [

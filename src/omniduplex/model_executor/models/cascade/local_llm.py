@@ -282,7 +282,7 @@ class LocalChatResponder:
         written = ""
         try:
             if tool is not None:
-                yield from self._call_aside(context, messages, tool, cancelled)
+                yield from self._call(context, messages, tool, cancelled)
                 return
             if rule_answer is not None:
                 yield rule_answer
@@ -322,7 +322,7 @@ class LocalChatResponder:
         finally:
             self.pool.release(context)
 
-    def _call_aside(
+    def _call(
         self,
         context: _Context,
         messages: list[dict[str, Any]],
@@ -333,34 +333,23 @@ class LocalChatResponder:
         conversation's cache is still whole when the answer after the output needs it
         (else the whole conversation is evaluated again: seconds, once it is long)."""
         spare = self.pool.acquire_spare()
-        if spare is None:
-            context.cached = []  # the arguments' prompt takes this cache over
-            yield from self._call(context.llm, messages, tool, cancelled)
-            return
-        try:
-            spare.cached = []
-            yield from self._call(spare.llm, messages, tool, cancelled)
-        finally:
-            self.pool.release(spare)
-
-    def _call(
-        self,
-        llm: Any,
-        messages: list[dict[str, Any]],
-        tool: Mapping[str, Any],
-        cancelled: threading.Event,
-    ) -> Iterator[ToolCallPiece]:
+        writer = spare or context
+        writer.cached = []  # the arguments' prompt takes this cache over
         name = str(tool.get("name"))
-        yield ToolCallPiece(index=0, call_id=None, name=name, arguments="")
-        for piece in stream_arguments(
-            llm,
-            messages,
-            tool,
-            seed=self.seed,
-            max_tokens=_ARGUMENT_TOKENS,
-            cancelled=cancelled,
-        ):
-            yield ToolCallPiece(index=0, call_id=None, name=name, arguments=piece)
+        try:
+            yield ToolCallPiece(index=0, call_id=None, name=name, arguments="")
+            for piece in stream_arguments(
+                writer.llm,
+                messages,
+                tool,
+                seed=self.seed,
+                max_tokens=_ARGUMENT_TOKENS,
+                cancelled=cancelled,
+            ):
+                yield ToolCallPiece(index=0, call_id=None, name=name, arguments=piece)
+        finally:
+            if spare is not None:
+                self.pool.release(spare)
 
     @staticmethod
     def count_tokens(llm: Any, text: str) -> int:
