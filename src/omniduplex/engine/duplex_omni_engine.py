@@ -1,8 +1,9 @@
 """``DuplexOmniEngine``: the engine of a duplex deployment.
 
 It loads the deployment's model plugin before any stage starts, builds the
-``DuplexOrchestrator`` (which hosts the sessions) and offers the session message surface:
-open / close / resume / touch are RPCs, commands are one-way. Session events come back
+``DuplexOrchestrator`` (which hosts the sessions) and offers the session surface: open /
+close / resume / touch are calls run on the orchestrator (``engine.call``), commands are
+one-way. Session events come back
 on ``outputs`` as ``SessionEventMessage``. Turn-based requests (``add_request``) keep
 working on the same engine.
 """
@@ -17,18 +18,11 @@ from typing import Any
 
 from ..config.pipeline import PipelineConfig
 from .async_omni_engine import AsyncOmniEngine
-from .duplex.messages import (
-    AbandonOpenMessage,
-    CloseSessionMessage,
-    OpenResult,
-    OpenSessionMessage,
-    ResumeSessionMessage,
-    SessionCommandMessage,
-    TouchSessionMessage,
-)
+from .duplex.messages import AbandonOpenMessage, SessionCommandMessage
 from .duplex.plugin import DuplexModelPlugin, load_duplex_plugin
 from .duplex.runtime_config import DuplexSessionRuntimeConfig
 from .duplex.session.lease import LeaseActivity
+from .duplex.session.manager import OpenResult
 from .duplex_orchestrator import DuplexOrchestrator
 from .errors import EngineError
 from .orchestrator import OutputSink
@@ -100,7 +94,8 @@ class DuplexOmniEngine(AsyncOmniEngine):
         ...). A cancelled open releases its admission slot.
         """
         try:
-            return await self.call(OpenSessionMessage(session_id, dict(session)))
+            config = dict(session)
+            return await self.call(lambda o: o.open_session(session_id, config))
         except asyncio.CancelledError:
             with contextlib.suppress(EngineError):
                 self.submit(AbandonOpenMessage(session_id))
@@ -108,10 +103,10 @@ class DuplexOmniEngine(AsyncOmniEngine):
 
     async def close_session(self, session_id: str, reason: str = "client_close") -> bool:
         """Close a session; its ``session.closed`` is on ``outputs`` before this returns."""
-        return await self.call(CloseSessionMessage(session_id, reason))
+        return await self.call(lambda o: o.manager.close(session_id, reason))
 
     async def resume_session(self, session_id: str, expected_lease_generation: int) -> OpenResult:
-        return await self.call(ResumeSessionMessage(session_id, expected_lease_generation))
+        return await self.call(lambda o: o.manager.resume(session_id, expected_lease_generation))
 
     async def touch_session(
         self,
@@ -120,7 +115,12 @@ class DuplexOmniEngine(AsyncOmniEngine):
         *,
         expected_lease_generation: int | None = None,
     ) -> int:
-        return await self.call(TouchSessionMessage(session_id, activity, expected_lease_generation))
+        activity = LeaseActivity(activity)
+        return await self.call(
+            lambda o: o.manager.touch(
+                session_id, activity, expected_generation=expected_lease_generation
+            )
+        )
 
     def submit_command(self, session_id: str, command: Any) -> None:
         """Queue one command for a session (one-way, ordered with every other message)."""

@@ -38,19 +38,10 @@ from .duplex.contracts import (
     epoch_of_request,
     session_id_of_request,
 )
-from .duplex.messages import (
-    AbandonOpenMessage,
-    CloseSessionMessage,
-    OpenSessionMessage,
-    ResumeSessionMessage,
-    SessionCommandMessage,
-    SessionEventMessage,
-    TouchSessionMessage,
-)
+from .duplex.messages import AbandonOpenMessage, SessionCommandMessage, SessionEventMessage
 from .duplex.plugin import DuplexModelPlugin
 from .duplex.runtime_config import DuplexSessionRuntimeConfig
-from .duplex.session.lease import LeaseActivity
-from .duplex.session.manager import DuplexSessionManager
+from .duplex.session.manager import DuplexSessionManager, OpenResult
 from .duplex.session.runner import StageOutputItem
 from .duplex.turn_response import (
     TURN_RESPONSE_OWNER,
@@ -318,29 +309,18 @@ class DuplexOrchestrator(Orchestrator, SessionStages):
             return True
         return super()._dispatch_message(message)
 
-    async def _handle_rpc(self, message: object) -> Any:
-        manager = self.manager
-        if isinstance(message, OpenSessionMessage):
-            if self._dead_reason is not None:
-                raise EngineDeadError(self._dead_reason)
-            result = await manager.open(message.session_id, message.session)
-            if self._dead_reason is not None:
-                # The engine died while this session was admitted (the open awaits), so
-                # the close of every session missed it.
-                await manager.close(message.session_id, "engine_unavailable")
-                raise EngineDeadError(self._dead_reason)
-            return result
-        if isinstance(message, CloseSessionMessage):
-            return await manager.close(message.session_id, message.reason)
-        if isinstance(message, ResumeSessionMessage):
-            return manager.resume(message.session_id, message.expected_lease_generation)
-        if isinstance(message, TouchSessionMessage):
-            return manager.touch(
-                message.session_id,
-                LeaseActivity(message.activity),
-                expected_generation=message.expected_lease_generation,
-            )
-        return await super()._handle_rpc(message)
+    async def open_session(self, session_id: str, session: dict[str, Any]) -> OpenResult:
+        """Admit a session (``DuplexOmniEngine.open_session`` calls this here); refused
+        with ``EngineDeadError`` once the engine is dead."""
+        if self._dead_reason is not None:
+            raise EngineDeadError(self._dead_reason)
+        result = await self.manager.open(session_id, session)
+        if self._dead_reason is not None:
+            # The engine died while this session was admitted (the open awaits), so the
+            # close of every session missed it.
+            await self.manager.close(session_id, "engine_unavailable")
+            raise EngineDeadError(self._dead_reason)
+        return result
 
     # ---- lifecycle ---------------------------------------------------------------------
 

@@ -38,10 +38,12 @@ from types import TracebackType
 from typing import Any, Self
 
 from ..config.pipeline import PipelineConfig
-from ..engine.duplex.messages import DuplexSessionError, OpenResult, SessionEventMessage
+from ..engine.duplex.errors import DuplexSessionError
+from ..engine.duplex.messages import SessionEventMessage
 from ..engine.duplex.plugin import ModelResult
 from ..engine.duplex.runtime_config import DuplexSessionRuntimeConfig
 from ..engine.duplex.session.lease import LeaseActivity
+from ..engine.duplex.session.manager import OpenResult
 from ..engine.duplex.turn_response import (
     StartTurnResponse,
     TurnResponseOutput,

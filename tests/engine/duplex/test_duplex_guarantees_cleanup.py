@@ -17,7 +17,7 @@ from duplex_helpers import (
 )
 
 from omniduplex.engine.duplex.contracts import SessionStages, StageSubmission
-from omniduplex.engine.duplex.messages import DuplexSessionError
+from omniduplex.engine.duplex.errors import DuplexSessionError
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
 
 

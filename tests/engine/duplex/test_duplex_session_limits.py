@@ -18,7 +18,7 @@ from duplex_helpers import (
 )
 
 from omniduplex.engine.duplex.capabilities import DuplexCapabilities
-from omniduplex.engine.duplex.messages import DuplexSessionError
+from omniduplex.engine.duplex.errors import DuplexSessionError
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
 from omniduplex.model_executor.models.loopback.plugin import LoopbackDuplexPlugin
 

@@ -227,11 +227,6 @@ class RealtimeOutbound:
         return None
 
     @property
-    def idle(self) -> bool:
-        """Nothing waits and no close is due."""
-        return not self._queue and self.state is not OutboundState.CLOSING
-
-    @property
     def backlogged(self) -> bool:
         """More than half the bound waits: whoever queues should let the writer run."""
         return self.state is not OutboundState.CLOSED and self._queue.filled_past(0.5)

@@ -21,11 +21,10 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ...engine.duplex.messages import DuplexSessionError
 from ...engine.errors import EngineDeadError, EngineError, EngineNotRunningError
 from ...protocol.duplex import DuplexCommandError
 from ...protocol.duplex import events as ev
-from ..duplex_omni import DuplexOmni, DuplexSessionHandle, EventConsumer
+from ..duplex_omni import DuplexOmni, DuplexSessionError, DuplexSessionHandle, EventConsumer
 from ..heap import HeapTrimmer
 from ..openai.metrics import ServerMetrics
 from .connection import RealtimeConnection

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from ....protocol.duplex import RealtimeProtocolError
 from ....protocol.duplex import commands as cmd
 from ....protocol.duplex import events as ev
 from ..contracts import SessionStages
+from ..errors import DuplexSessionError
 from ..plugin import DuplexModelPlugin, DuplexRuntimeConfigError
 from ..runtime_config import DuplexSessionRuntimeConfig
 from ..settings import SessionSettings
@@ -36,23 +36,6 @@ from .state import DuplexEngineSession
 log = logging.getLogger(__name__)
 
 EventSink = Callable[[str, Any], None]
-
-
-class DuplexSessionError(RuntimeError):
-    """A session-level refusal with a wire error code (and the field it is about)."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str = "internal_error",
-        retryable: bool = False,
-        param: str | None = None,
-    ):
-        super().__init__(message)
-        self.code = code
-        self.retryable = retryable
-        self.param = param
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +54,6 @@ class _PendingCleanup:
     attempts: int = 0
     tried: set[str] = field(default_factory=set)
     stopping: bool = False  # its runner is still stopping: not the reaper's yet
-
-
-def new_session_id() -> str:
-    return "duplex-" + uuid.uuid4().hex
 
 
 class DuplexSessionManager:
