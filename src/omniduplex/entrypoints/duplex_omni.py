@@ -52,35 +52,21 @@ from ..engine.duplex.turn_response import (
 )
 from ..engine.duplex_omni_engine import DuplexOmniEngine
 from ..engine.errors import EngineDeadError, EngineError, EngineNotRunningError
-from ..protocol.duplex import b64encode_str, command_from_realtime
+from ..protocol.duplex import (
+    b64encode_str,
+    cancelled_response_id,
+    command_from_realtime,
+    media_response_id,
+)
 from ..protocol.duplex import events as ev
 from .async_omni import AsyncOmni
 from .event_queue import BoundedEventQueue
 
 log = logging.getLogger(__name__)
 
-# Media deltas a cancelled response's ``response.done`` overtakes in the outbox.
-_DROPPABLE_ON_CANCEL = frozenset(
-    {ev.ResponseOutputAudioDelta.type, ev.ResponseOutputAudioTranscriptDelta.type}
-)
-
-
 def _event_bytes(event: Any) -> int:
     delta = getattr(event, "delta", None)
     return len(delta) if isinstance(delta, str | bytes) else 0
-
-
-def _media_response(event: Any) -> str | None:
-    if getattr(event, "type", None) in _DROPPABLE_ON_CANCEL:
-        return getattr(event, "response_id", None)
-    return None
-
-
-def _is_cancelled_done(event: Any) -> bool:
-    if getattr(event, "type", None) != ev.ResponseDone.type:
-        return False
-    response = getattr(event, "response", None)
-    return isinstance(response, Mapping) and response.get("status") == "cancelled"
 
 
 def _with(event: dict[str, Any], **optional: Any) -> dict[str, Any]:
@@ -141,7 +127,7 @@ class DuplexSessionHandle:
             max_events=max_events,
             max_bytes=max_bytes,
             size_of=_event_bytes,
-            media_of=_media_response,
+            media_of=media_response_id,
         )
         self._wakeup = asyncio.Event()
         self._terminal_queued = False
@@ -344,8 +330,7 @@ class DuplexSessionHandle:
             self._terminal_queued = terminal
             self._consumer.on_event(event)
             return
-        if _is_cancelled_done(event):
-            self._outbox.drop_media_of(getattr(event, "response_id", None))
+        self._outbox.drop_media_of(cancelled_response_id(event))
         if not terminal:
             if self.overflowed:
                 self.dropped_events += 1

@@ -32,16 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ...protocol.duplex import cancelled_response_id, media_response_id
 from ..event_queue import BoundedEventQueue
-
-_MEDIA_DELTAS: Final = frozenset(
-    {
-        "response.output_audio.delta",
-        "response.output_audio_transcript.delta",
-        "response.audio.delta",
-        "response.audio_transcript.delta",
-    }
-)
 
 Sequencer = Callable[[dict[str, Any]], bytes]
 
@@ -98,10 +90,7 @@ def _item_charged(item: _Item) -> bool:
 
 def _item_media(item: _Item) -> str | None:
     rendered = item[0]
-    if rendered is not None and rendered.get("type") in _MEDIA_DELTAS:
-        response_id = rendered.get("response_id")
-        return response_id if isinstance(response_id, str) else None
-    return None
+    return None if rendered is None else media_response_id(rendered)
 
 
 class RealtimeOutbound:
@@ -172,12 +161,9 @@ class RealtimeOutbound:
     def send_event(self, rendered: dict[str, Any]) -> bool:
         """One event of the session's ordered stream (rendered, not yet numbered). A
         cancelled ``response.done`` drops that response's media still waiting."""
-        if rendered.get("type") == "response.done":
-            response = rendered.get("response") or {}
-            if response.get("status") == "cancelled":
-                dropped = self._queue.drop_media_of(response.get("id"))
-                if dropped and self._on_dropped is not None:
-                    self._on_dropped(dropped)
+        dropped = self._queue.drop_media_of(cancelled_response_id(rendered))
+        if dropped and self._on_dropped is not None:
+            self._on_dropped(dropped)
         if self._replay_bytes and self._sequencer is not None:
             # Behind a replay still going out: numbered now, it waits as the journal's.
             data = self._sequencer(rendered)

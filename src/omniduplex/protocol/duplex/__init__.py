@@ -20,6 +20,7 @@ from ..realtime.audio import (
 )
 from ..realtime.audio_input import RealtimeAudioAppend, decode_audio_append
 from ..realtime.base import Dialect, RealtimeCommand, RealtimeEvent, new_event_id
+from ..realtime.cancel_rule import cancelled_response_id, media_response_id
 from ..realtime.capabilities import PERMISSIVE_CAPABILITIES, RealtimeProtocolCapabilities
 from ..realtime.errors import RealtimeProtocolError, error_body
 from ..realtime.formats import (
@@ -86,6 +87,7 @@ __all__ = [
     "b64decode_strict",
     "b64encode_str",
     "build_session_object",
+    "cancelled_response_id",
     "check_overlap_policy",
     "command_from_realtime",
     "commands",
@@ -99,6 +101,7 @@ __all__ = [
     "error_class_for",
     "event_from_realtime",
     "events",
+    "media_response_id",
     "new_event_id",
     "next_input_defaults",
     "normalize_item",
