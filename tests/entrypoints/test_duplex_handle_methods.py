@@ -1,14 +1,14 @@
-"""Every command has a convenience method on DuplexSessionHandle, validated like the wire."""
+"""Every command reaches a DuplexOmni session through the in-process client (InlineDuplexClient
+over the session's handle), validated like the wire, and is answered."""
 
 from __future__ import annotations
 
 import asyncio
 
 import numpy as np
-import pytest
 
+from omniduplex.clients import InlineDuplexClient
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
-from omniduplex.protocol.duplex import DuplexCommandError
 
 TIMEOUT_S = 30.0
 
@@ -27,57 +27,69 @@ async def _until(events, wanted: str) -> list:
             return seen
 
 
-async def test_each_convenience_method_is_answered() -> None:
+async def test_each_command_sent_through_the_client_is_answered() -> None:
     async with DuplexOmni("loopback-fast") as omni:
         handle = await omni.open_session({})
-        events = aiter(handle.events())
+        client = InlineDuplexClient.attach(handle, session={})
+        events = client.events()  # subscribed before the reader ran: from session.created
         await _until(events, "session.created")
-        handle.heartbeat()
+        await client.send({"type": "session.heartbeat"})
         await _until(events, "session.heartbeat_ack")
-        handle.update_session(instructions=None)
+        await client.update_session(instructions=None)
         await _until(events, "session.updated")
-        handle.append_audio(tone(400), sample_rate_hz=16_000)
-        handle.commit(create_response=False)
+        await client.append_audio(tone(400), sample_rate_hz=16_000)
+        await client.commit(create_response=False)
         committed = await _until(events, "input_audio_buffer.committed")
         user_item = committed[-1].item_id
-        handle.create_response()
+        await client.create_response()
         done = await _until(events, "response.done")
         response_id = done[-1].response_id
-        handle.ack_playback(100, response_id=response_id)
+        await client.ack_playback(response_id, 100)
         await _until(events, "playback.acknowledged")
-        handle.truncate_item(f"item_{response_id}", 0)
-        await _until(events, "conversation.item.truncated")
-        handle.retrieve_item(user_item)
-        await _until(events, "conversation.item.retrieved")
-        handle.create_item(
+        await client.send(
             {
-                "type": "message",
-                "role": "user",
-                "content": [{"type": "input_text", "text": "hello"}],
+                "type": "conversation.item.truncate",
+                "item_id": f"item_{response_id}",
+                "content_index": 0,
+                "audio_end_ms": 0,
+            }
+        )
+        await _until(events, "conversation.item.truncated")
+        await client.send({"type": "conversation.item.retrieve", "item_id": user_item})
+        await _until(events, "conversation.item.retrieved")
+        await client.send(
+            {
+                "type": "conversation.item.create",
+                "item": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "hello"}],
+                },
             }
         )
         await _until(events, "conversation.item.done")
-        handle.delete_item(user_item)
+        await client.send({"type": "conversation.item.delete", "item_id": user_item})
         await _until(events, "conversation.item.deleted")
-        handle.append_text("echo this")
+        await client.send({"type": "input.text.append", "text": "echo this"})
         await _until(events, "response.done")
-        handle.clear_input()
+        await client.clear_input()
         await _until(events, "input_audio_buffer.cleared")
-        handle.cancel_input()
+        await client.send({"type": "input.cancel"})
         await _until(events, "input_audio_buffer.cleared")
-        handle.barge_in()
+        await client.barge_in()
         await _until(events, "input_audio_buffer.cleared")
-        handle.clear_output()
+        await client.send({"type": "output_audio_buffer.clear"})
         await _until(events, "output_audio_buffer.cleared")
-        handle.cancel_response()
+        await client.cancel_response()
         error = await _until(events, "error")
         assert error[-1].code == "response_cancel_not_active"
-        handle.signal_turn("user_started")
+        await client.send({"type": "turn.signal", "event": "user_started", "payload": {}})
         turn = await _until(events, "turn.event")
         assert turn[-1].turn_state == "user_speaking"
-        with pytest.raises(DuplexCommandError) as refused:
-            handle.append_audio(tone(10), sample_rate_hz=1000)
-        assert refused.value.code == "bad_event"
-        await handle.close()
+        # Refused by the decoder (as on the wire), answered with a local error event.
+        await client.append_audio(tone(10), sample_rate_hz=1000)
+        refused = await _until(events, "error")
+        assert refused[-1].code == "bad_event"
+        await client.close(TIMEOUT_S)
         rest = [event async for event in events]
         assert rest[-1].type == "session.closed"

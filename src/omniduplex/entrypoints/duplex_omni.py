@@ -52,12 +52,7 @@ from ..engine.duplex.turn_response import (
 )
 from ..engine.duplex_omni_engine import DuplexOmniEngine
 from ..engine.errors import EngineDeadError, EngineError, EngineNotRunningError
-from ..protocol.duplex import (
-    b64encode_str,
-    cancelled_response_id,
-    command_from_realtime,
-    media_response_id,
-)
+from ..protocol.duplex import cancelled_response_id, media_response_id
 from ..protocol.duplex import events as ev
 from .async_omni import AsyncOmni
 from .event_queue import BoundedEventQueue
@@ -67,11 +62,6 @@ log = logging.getLogger(__name__)
 def _event_bytes(event: Any) -> int:
     delta = getattr(event, "delta", None)
     return len(delta) if isinstance(delta, str | bytes) else 0
-
-
-def _with(event: dict[str, Any], **optional: Any) -> dict[str, Any]:
-    event.update({key: value for key, value in optional.items() if value is not None})
-    return event
 
 
 class EventConsumer(ABC):
@@ -98,9 +88,11 @@ class EventConsumer(ABC):
 class DuplexSessionHandle:
     """The caller's side of one engine-resident session.
 
-    ``submit`` queues a command (one-way; refusals come back as ``error`` events).
-    ``events()`` yields the session's events and ends after ``session.closed`` /
-    ``session.expired``. Used as an async context manager, the session is closed on exit.
+    ``submit`` queues a typed command (one-way; refusals come back as ``error`` events);
+    to send wire events, validated as on the wire, drive the handle with
+    ``omniduplex.clients.InlineDuplexClient`` (``open`` or ``attach``). ``events()``
+    yields the session's events and ends after ``session.closed`` / ``session.expired``.
+    Used as an async context manager, the session is closed on exit.
     Only one consumer should iterate ``events()`` at a time.
     """
 
@@ -156,102 +148,6 @@ class DuplexSessionHandle:
                 f"Duplex session is closed: {self.session_id}", code="session_closed"
             )
         self.omni.engine.submit_command(self.session_id, command)
-
-    def send(self, event: Mapping[str, Any]) -> Any:
-        """Decode a Realtime wire event (as a client would send it) and submit it.
-
-        The same validation as on the wire applies; a refusal raises the codec's typed
-        ``DuplexCommandError``. Returns the submitted command.
-        """
-        command = command_from_realtime(dict(event))
-        self.submit(command)
-        return command
-
-    # One convenience method per command; each goes through ``send``.
-
-    def append_audio(
-        self, audio: bytes, *, sample_rate_hz: int, audio_format: str = "pcm16", **hints: Any
-    ) -> Any:
-        return self.send(
-            {
-                "type": "input_audio_buffer.append",
-                "audio": b64encode_str(audio),
-                "format": audio_format,
-                "sample_rate_hz": sample_rate_hz,
-                **hints,
-            }
-        )
-
-    def commit(self, *, create_response: bool | None = None) -> Any:
-        event: dict[str, Any] = {"type": "input_audio_buffer.commit"}
-        if create_response is not None:
-            event["create_response"] = create_response
-        return self.send(event)
-
-    def clear_input(self) -> Any:
-        return self.send({"type": "input_audio_buffer.clear"})
-
-    def clear_output(self, response_id: str | None = None) -> Any:
-        return self.send(_with({"type": "output_audio_buffer.clear"}, response_id=response_id))
-
-    def create_response(self, **options: Any) -> Any:
-        return self.send({"type": "response.create", "response": options})
-
-    def cancel_response(self, response_id: str | None = None) -> Any:
-        return self.send(_with({"type": "response.cancel"}, response_id=response_id))
-
-    def barge_in(self) -> Any:
-        return self.send({"type": "barge_in"})
-
-    def cancel_input(self) -> Any:
-        return self.send({"type": "input.cancel"})
-
-    def append_text(self, text: str) -> Any:
-        return self.send({"type": "input.text.append", "text": text})
-
-    def ack_playback(
-        self,
-        played_ms: int,
-        *,
-        response_id: str | None = None,
-        committed_ms: int | None = None,
-        truncate: bool = False,
-    ) -> Any:
-        event = _with(
-            {"type": "playback.ack", "played_ms": played_ms, "truncate": truncate},
-            response_id=response_id,
-            committed_ms=committed_ms,
-        )
-        return self.send(event)
-
-    def update_session(self, **session: Any) -> Any:
-        return self.send({"type": "session.update", "session": session})
-
-    def create_item(self, item: Mapping[str, Any], previous_item_id: str | None = None) -> Any:
-        event = {"type": "conversation.item.create", "item": dict(item)}
-        return self.send(_with(event, previous_item_id=previous_item_id))
-
-    def delete_item(self, item_id: str) -> Any:
-        return self.send({"type": "conversation.item.delete", "item_id": item_id})
-
-    def retrieve_item(self, item_id: str) -> Any:
-        return self.send({"type": "conversation.item.retrieve", "item_id": item_id})
-
-    def truncate_item(self, item_id: str, audio_end_ms: int, content_index: int = 0) -> Any:
-        return self.send(
-            {
-                "type": "conversation.item.truncate",
-                "item_id": item_id,
-                "content_index": content_index,
-                "audio_end_ms": audio_end_ms,
-            }
-        )
-
-    def signal_turn(self, event: str, payload: Mapping[str, Any] | None = None) -> Any:
-        return self.send({"type": "turn.signal", "event": event, "payload": dict(payload or {})})
-
-    def heartbeat(self) -> Any:
-        return self.send({"type": "session.heartbeat"})
 
     def deliver_to(self, consumer: EventConsumer) -> None:
         """Push every event to ``consumer`` instead of the outbox, from now on; what the

@@ -9,7 +9,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from duplex_helpers import TIMEOUT_S, EventReader, append, commit, deployment, sine_pcm16
+from duplex_helpers import (
+    TIMEOUT_S,
+    EventReader,
+    append,
+    command,
+    commit,
+    deployment,
+    sine_pcm16,
+)
 
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
 
@@ -35,7 +43,7 @@ async def test_a_cancel_step_crosses_in_one_batch_in_order() -> None:
         handle.submit(append(sine_pcm16(2000)))
         handle.submit(commit(create_response=True))
         await reader.until(lambda e: e.type == "response.output_audio.delta")
-        handle.cancel_response()
+        handle.submit(command({"type": "response.cancel"}))
         seen = await reader.until(lambda e: e.type == "response.done")
         await asyncio.wait_for(handle.close(), TIMEOUT_S)
     step = next(batch for batch in batches if "response.done" in batch)
