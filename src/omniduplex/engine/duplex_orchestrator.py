@@ -4,19 +4,20 @@ It extends the turn-based ``Orchestrator`` (a seam it does not override falls th
 turn-based requests still work on a duplex deployment) and implements the
 ``SessionStages`` the sessions use:
 
-- a session's stage request is registered on its first submission with
-  ``owner="session:<id>"``; its first input opens it on the stage, later ones update it;
-- outputs of session-owned requests are intercepted: earlier stages forward to the next
-  stage, the final stage's outputs, any error and any output addressed ``to_owner`` (a
-  partial transcript from stage 0) go to the session's mailbox through
-  ``DuplexSessionManager.on_stage_output``; a request that no stage holds any more, or
-  whose finished output went to its owner, is forgotten (later stages aborted);
+- a session's stage request is registered on its first submission, owned by a
+  ``SessionRequestOwner``; its first input opens it on the stage, later ones update it;
+- the orchestrator's one routing step for owned requests (``_route_owned``) forwards an
+  output to the next stage or hands it to the owner: the final stage's outputs, any
+  error and any output addressed ``to_owner`` (a partial transcript from stage 0) go to
+  the session's mailbox through ``DuplexSessionManager.on_stage_output``; a request that
+  no stage holds any more, or whose finished output went to its owner, is released
+  (later stages aborted);
 - a dead worker ends the sessions whose requests it held; a dead engine (a stage's
   restart budget spent) ends every session with ``engine_unavailable`` before it reports
   ``EngineDead``, and refuses new ones with ``EngineDeadError``;
 - a turn response (``StartTurnResponse``: a chat completion, no session) is planned with
-  the plugin, run as a request owned by ``TURN_RESPONSE_OWNER``, and each of its stage
-  outputs is projected with the plugin's data plane here, so the caller receives model
+  the plugin, run as a request owned by a ``TurnResponseOwner``, and each of its stage
+  outputs is projected with the plugin's data plane there, so the caller receives model
   results (``TurnResponseOutput``), never raw stage data;
 - the manager's reaper runs as a background task, and shutdown closes every session.
 
@@ -32,19 +33,13 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from ..config.pipeline import PipelineConfig
-from .duplex.contracts import (
-    SessionStages,
-    StageSubmission,
-    epoch_of_request,
-    session_id_of_request,
-)
+from .duplex.contracts import SessionStages, StageSubmission, parse_stage_request_id
 from .duplex.messages import AbandonOpenMessage, SessionCommandMessage, SessionEventMessage
 from .duplex.plugin import DuplexModelPlugin
 from .duplex.runtime_config import DuplexSessionRuntimeConfig
 from .duplex.session.manager import DuplexSessionManager, OpenResult
 from .duplex.session.runner import StageOutputItem
 from .duplex.turn_response import (
-    TURN_RESPONSE_OWNER,
     StartTurnResponse,
     TurnFailure,
     TurnProjection,
@@ -56,16 +51,102 @@ from .duplex.turn_response import (
 )
 from .errors import EngineDeadError
 from .orchestrator import Orchestrator, OutputSink, RequestState
+from .request_owner import RequestOwner
 from .stage.handle import StageHandle
 from .stage.messages import StageInput, StageOutput, WorkerDied
 
 log = logging.getLogger(__name__)
 
-SESSION_OWNER_PREFIX = "session:"
+
+class SessionRequestOwner(RequestOwner):
+    """A session's stage request: what reaches the session goes to its mailbox."""
+
+    def __init__(self, manager: DuplexSessionManager, session_id: str) -> None:
+        self.manager = manager
+        self.session_id = session_id
+
+    def deliver(self, state: RequestState, stage_index: int, output: StageOutput) -> bool:
+        # A finished output addressed to the owner ends the request (a transcript no
+        # response follows), whatever later stages started on it (a reply's draft).
+        ended = output.error is not None or (
+            output.finished and (output.to_owner or not state.live_stages)
+        )
+        if output.error is None and not output.to_owner and stage_index < state.final_stage_index:
+            return ended  # passed on until no stage held it: nothing for the session
+        self.manager.on_stage_output(
+            self.session_id,
+            StageOutputItem(
+                request_id=output.request_id,
+                data=output.data,
+                finished=ended,
+                error=output.error,
+                compute_s=output.metrics.compute_s,
+                to_owner=output.to_owner,
+            ),
+        )
+        return ended
+
+    def failed(self, state: RequestState, stage_index: int, error: str) -> None:
+        self.manager.on_stage_output(
+            self.session_id,
+            StageOutputItem(request_id=state.request_id, data={}, finished=True, error=error),
+        )
 
 
-def session_owner(session_id: str) -> str:
-    return SESSION_OWNER_PREFIX + session_id
+class TurnResponseOwner(RequestOwner):
+    """A turn response's stage request: each output is projected with the plugin's data
+    plane and reaches the caller as a ``TurnResponseOutput``."""
+
+    def __init__(self, orchestrator: DuplexOrchestrator) -> None:
+        self.orchestrator = orchestrator
+
+    def deliver(self, state: RequestState, stage_index: int, output: StageOutput) -> bool:
+        orchestrator = self.orchestrator
+        request_id = state.request_id
+        if output.error is not None:
+            orchestrator.abort_request(request_id)
+            failure = stage_failure(output.error)
+            orchestrator._emit(
+                TurnResponseOutput.failed(request_id, failure, stage_index=stage_index)
+            )
+            return True
+        final_stage = stage_index == state.final_stage_index
+        projection = TurnProjection(())
+        if final_stage or output.to_owner:
+            # The final stage's outputs are the answer; a word addressed to the owner on
+            # the way (a partial transcript) is projected as well.
+            projection = orchestrator.turn_planner.project(output.data)
+        done = (
+            projection.ended
+            or (final_stage and output.finished)
+            or (output.finished and not state.live_stages)
+        )
+        if done:
+            # Released before its last output goes out; whatever a stage still holds is
+            # no longer needed.
+            orchestrator.abort_request(request_id)
+        if projection.results or done:
+            failure = projection.failure
+            orchestrator._emit(
+                TurnResponseOutput(
+                    request_id=request_id,
+                    data=output.data,
+                    finished=done,
+                    error=failure.message if failure is not None else None,
+                    stage_index=stage_index,
+                    metrics=output.metrics,
+                    stage_metrics=dict(state.stage_metrics),
+                    results=projection.results,
+                    failure=failure,
+                )
+            )
+        return done
+
+    def failed(self, state: RequestState, stage_index: int, error: str) -> None:
+        failure = stage_failure(error)
+        self.orchestrator._emit(
+            TurnResponseOutput.failed(state.request_id, failure, stage_index=stage_index)
+        )
 
 
 class DuplexOrchestrator(Orchestrator, SessionStages):
@@ -107,18 +188,12 @@ class DuplexOrchestrator(Orchestrator, SessionStages):
 
     def submit(self, submission: StageSubmission) -> None:
         request_id = submission.request_id
-        session_id = session_id_of_request(request_id)
-        if session_id is None:
-            raise ValueError(f"not a session stage request id: {request_id!r}")
         if self.get_request(request_id) is None:
-            if not self._is_current(session_id, request_id):
-                # A late submission of a cancelled epoch (or a closed session): the abort
-                # already covered its id; registering it again would resurrect it.
-                log.debug("stale session submission %s dropped", request_id)
-                return
+            # The session dropped a stale submission already (``StageRequests.submit``).
             if self._dead_reason is not None:
                 raise RuntimeError(self._dead_reason)
-            self.register_request(request_id, owner=session_owner(session_id))
+            owner = SessionRequestOwner(self.manager, submission.fence.session_id)
+            self.register_request(request_id, owner=owner)
         sent = self.submit_stage_input(
             submission.stage_index,
             request_id,
@@ -129,57 +204,8 @@ class DuplexOrchestrator(Orchestrator, SessionStages):
             # request's failure reaches nobody else, so the session learns it here.
             raise RuntimeError(f"stage {submission.stage_index} could not take {request_id}")
 
-    def _is_current(self, session_id: str, request_id: str) -> bool:
-        runner = self.manager.runners.get(session_id)
-        if runner is None or runner.closing:
-            return False
-        return epoch_of_request(request_id) == runner.session.epoch
-
     async def cleanup(self, request_ids: Sequence[str]) -> None:
         self.abort_requests(request_ids)
-
-    # ---- stage outputs ---------------------------------------------------------------
-
-    def _intercept_stage_output(self, stage_index: int, output: StageOutput) -> bool:
-        state = self.get_request(output.request_id)
-        if state is None or state.owner is None:
-            return False
-        if state.owner == TURN_RESPONSE_OWNER:
-            self._route_turn_response(state, stage_index, output)
-            return True
-        if not state.owner.startswith(SESSION_OWNER_PREFIX):
-            return False
-        session_id = session_id_of_request(output.request_id)
-        if session_id is None:
-            return False
-        to_session = output.error is not None or output.to_owner
-        if not to_session and stage_index < state.final_stage_index:
-            next_input = self._build_next_stage_input(stage_index, output)
-            if next_input is not None:
-                self.submit_stage_input(stage_index + 1, output.request_id, next_input)
-        else:
-            # A finished output addressed to the owner ends the request (a transcript no
-            # response follows), whatever later stages started on it (a reply's draft).
-            ends = output.error is not None or output.to_owner or not state.live_stages
-            finished = output.finished and ends
-            self.manager.on_stage_output(
-                session_id,
-                StageOutputItem(
-                    request_id=output.request_id,
-                    data=output.data,
-                    finished=finished,
-                    error=output.error,
-                    compute_s=output.metrics.compute_s,
-                    to_owner=output.to_owner,
-                ),
-            )
-        if output.error is not None or (
-            output.finished and (output.to_owner or not state.live_stages)
-        ):
-            # No stage holds it any more, it failed, or it ended at its owner: release it.
-            # Aborting also stops whatever later stage still holds it.
-            self.abort_request(output.request_id)
-        return True
 
     # ---- turn responses --------------------------------------------------------------
 
@@ -200,73 +226,25 @@ class DuplexOrchestrator(Orchestrator, SessionStages):
         except TurnResponseError as failure:
             self._emit(TurnResponseOutput.failed(request_id, failure))
             return
-        self.register_request(request_id, owner=TURN_RESPONSE_OWNER)
-        self._submit_turn_input(0, request_id, StageInput(data, final=True))
-
-    def _submit_turn_input(self, stage_index: int, request_id: str, inputs: StageInput) -> None:
-        if not self.submit_stage_input(stage_index, request_id, inputs) and (
+        self.register_request(request_id, owner=TurnResponseOwner(self))
+        if not self.submit_stage_input(0, request_id, StageInput(data, final=True)) and (
             self.get_request(request_id) is None
         ):
             # The stage was unavailable and the owned request failed silently.
-            stage = self.stage(stage_index)
-            failure = stage_failure(f"stage {stage_index} ({stage.name}) is unavailable")
-            self._emit(TurnResponseOutput.failed(request_id, failure, stage_index=stage_index))
-
-    def _route_turn_response(
-        self, state: RequestState, stage_index: int, output: StageOutput
-    ) -> None:
-        request_id = state.request_id
-        if output.error is not None:
-            self.abort_request(request_id)
-            failure = stage_failure(output.error)
-            self._emit(TurnResponseOutput.failed(request_id, failure, stage_index=stage_index))
-            return
-        final_stage = stage_index == state.final_stage_index
-        projection = TurnProjection(())
-        if final_stage or output.to_owner:
-            # The final stage's outputs are the answer; a word addressed to the owner on
-            # the way (a partial transcript) is projected as well.
-            projection = self.turn_planner.project(output.data)
-        else:
-            next_input = self._build_next_stage_input(stage_index, output)
-            if next_input is not None:
-                self._submit_turn_input(stage_index + 1, request_id, next_input)
-                if self.get_request(request_id) is None:
-                    return  # the next stage could not take it (reported)
-        done = (
-            projection.ended
-            or (final_stage and output.finished)
-            or (output.finished and not state.live_stages)
-        )
-        if done:
-            # Whatever a stage still holds is no longer needed.
-            self.abort_request(request_id)
-        if projection.results or done:
-            failure = projection.failure
-            self._emit(
-                TurnResponseOutput(
-                    request_id=request_id,
-                    data=output.data,
-                    finished=done,
-                    error=failure.message if failure is not None else None,
-                    stage_index=stage_index,
-                    metrics=output.metrics,
-                    stage_metrics=dict(state.stage_metrics),
-                    results=projection.results,
-                    failure=failure,
-                )
-            )
+            stage = self.stage(0)
+            failure = stage_failure(f"stage 0 ({stage.name}) is unavailable")
+            self._emit(TurnResponseOutput.failed(request_id, failure, stage_index=0))
 
     # ---- worker death ----------------------------------------------------------------
 
     def _on_worker_died(self, event: WorkerDied) -> None:
-        owned = {
-            rid for rid in event.request_ids_in_flight if session_id_of_request(rid) is not None
-        }
+        in_flight = event.request_ids_in_flight
+        owned = {rid for rid in in_flight if parse_stage_request_id(rid) is not None}
         turns = [
             rid
-            for rid in event.request_ids_in_flight
-            if (state := self.get_request(rid)) is not None and state.owner == TURN_RESPONSE_OWNER
+            for rid in in_flight
+            if (state := self.get_request(rid)) is not None
+            and isinstance(state.owner, TurnResponseOwner)
         ]
         super()._on_worker_died(event)
         stage = self.stage(event.stage_index)

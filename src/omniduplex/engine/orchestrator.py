@@ -27,6 +27,7 @@ from typing import Any
 from ..config.pipeline import PipelineConfig
 from .errors import EngineNotRunningError
 from .outputs import EngineDead, RequestOutput
+from .request_owner import RequestOwner
 from .stage.handle import StageHandle
 from .stage.messages import (
     AbortRequest,
@@ -49,11 +50,12 @@ class RequestState:
 
     request_id: str
     final_stage_index: int
-    # None for a client request. Otherwise the component that owns it (its
-    # ``_intercept_stage_output`` consumes the outputs): an owned request never reaches
-    # the sink, gets no synthetic terminal output, and is not released when its final
-    # stage finishes; it leaves only through ``abort_request(s)`` or a failure.
-    owner: str | None = None
+    # None for a client request. Otherwise the component that owns it (a
+    # ``RequestOwner``, routed by ``_route_owned``): an owned request never reaches the
+    # sink, gets no synthetic terminal output, and is not released when its final stage
+    # finishes; it leaves only when its owner says it ended, through
+    # ``abort_request(s)``, or a failure.
+    owner: RequestOwner | None = None
     # Stages the request was opened on (add_request sent) ...
     started_stages: set[int] = field(default_factory=set)
     # ... and those still holding it (not finished there, not aborted).
@@ -212,9 +214,14 @@ class OrchestratorBase:
 
         Called for every output of a registered request, errors included, after the
         bookkeeping (metrics stored, a finished stage removed from ``live_stages``). A
-        consumer owns what happens next: forwarding, finishing, aborting or failing.
+        consumer owns what happens next: forwarding, finishing, aborting or failing. By
+        default an owned request's outputs go through ``_route_owned``.
         """
-        return False
+        state = self._requests.get(output.request_id)
+        if state is None or state.owner is None:
+            return False
+        self._route_owned(state.owner, state, stage_index, output)
+        return True
 
     def _build_next_stage_input(self, stage_index: int, output: StageOutput) -> StageInput | None:
         """The input stage ``stage_index + 1`` gets from ``output``; None forwards nothing."""
@@ -273,7 +280,7 @@ class OrchestratorBase:
         request_id: str,
         *,
         final_stage_index: int | None = None,
-        owner: str | None = None,
+        owner: RequestOwner | None = None,
     ) -> RequestState:
         """Start tracking a request; required before its first ``submit_stage_input``.
 
@@ -384,6 +391,27 @@ class OrchestratorBase:
             self._abort_live_stages(state)
             self._forget(state)
         self._emit(self._request_output(state, output))
+
+    def _route_owned(
+        self, owner: RequestOwner, state: RequestState, stage_index: int, output: StageOutput
+    ) -> None:
+        """Forward an owned request's output to the next stage, or hand it to its owner;
+        release the request when the owner says it ended."""
+        request_id = state.request_id
+        if output.error is None and not output.to_owner and stage_index < state.final_stage_index:
+            next_input = self._build_next_stage_input(stage_index, output)
+            if next_input is not None:
+                taken = self.submit_stage_input(stage_index + 1, request_id, next_input)
+                if not taken and self._requests.get(request_id) is None:
+                    stage = self._stages[stage_index + 1]
+                    owner.failed(
+                        state, stage_index + 1, f"stage {stage.index} ({stage.name}) is unavailable"
+                    )
+                    return
+            if not (output.finished and not state.live_stages):
+                return  # the request goes on at the next stage
+        if owner.deliver(state, stage_index, output):
+            self.abort_request(request_id)
 
     def _request_output(self, state: RequestState, output: StageOutput) -> RequestOutput:
         return RequestOutput(

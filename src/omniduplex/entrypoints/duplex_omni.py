@@ -59,6 +59,7 @@ from .event_queue import BoundedEventQueue
 
 log = logging.getLogger(__name__)
 
+
 def _event_bytes(event: Any) -> int:
     delta = getattr(event, "delta", None)
     return len(delta) if isinstance(delta, str | bytes) else 0

@@ -17,6 +17,7 @@ from duplex_helpers import (
 )
 
 from omniduplex.config.pipeline import PipelineConfig, StageConfig
+from omniduplex.engine.duplex_orchestrator import SessionRequestOwner
 from omniduplex.engine.stage import StageOutput
 from omniduplex.engine.stage.spec import StageModelSpec
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
@@ -93,7 +94,8 @@ async def test_a_stage_fault_fails_the_response_and_the_same_session_serves_the_
             owned = [
                 rid
                 for rid, state in orchestrator._requests.items()
-                if state.owner == f"session:{session_id}"
+                if isinstance(state.owner, SessionRequestOwner)
+                and state.owner.session_id == session_id
             ]
             return owned, runner.session.response is None
 

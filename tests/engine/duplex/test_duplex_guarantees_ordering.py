@@ -23,6 +23,7 @@ from duplex_helpers import (
     sine_pcm16,
 )
 
+from omniduplex.engine.duplex_orchestrator import SessionRequestOwner
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
 
 SESSIONS = 6
@@ -204,7 +205,7 @@ async def test_every_session_stream_is_ordered_and_fenced_under_a_random_concurr
             return [
                 rid
                 for rid, state in orchestrator._requests.items()
-                if (state.owner or "").startswith("session:")
+                if isinstance(state.owner, SessionRequestOwner)
             ]
 
         # Every closed session's stage requests were released.

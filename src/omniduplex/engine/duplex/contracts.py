@@ -35,8 +35,17 @@ def stage_request_id(fence: DuplexFence, role: str) -> str:
     return f"duplex-s.{encoded}.e.{fence.epoch}.r.{role}"
 
 
-def session_id_of_request(request_id: str) -> str | None:
-    """The session a stage request id belongs to, or ``None`` if it is not a session's."""
+@dataclass(frozen=True, slots=True)
+class StageRequestId:
+    """What a session's stage request id says: whose, of which epoch, for what."""
+
+    session_id: str
+    epoch: int
+    role: str
+
+
+def parse_stage_request_id(request_id: str) -> StageRequestId | None:
+    """Read an id ``stage_request_id`` made; ``None`` if it is not a session's."""
     parts = request_id.split(".")
     if len(parts) != 6 or parts[0] != "duplex-s" or parts[2] != "e" or parts[4] != "r":
         return None
@@ -44,26 +53,31 @@ def session_id_of_request(request_id: str) -> str | None:
         return None
     padded = parts[1] + "=" * (-len(parts[1]) % 4)
     try:
-        return base64.urlsafe_b64decode(padded).decode()
+        session_id = base64.urlsafe_b64decode(padded).decode()
     except (ValueError, UnicodeDecodeError):
         return None
-
-
-def epoch_of_request(request_id: str) -> int | None:
-    parts = request_id.split(".")
-    if len(parts) == 6 and parts[3].isdigit():
-        return int(parts[3])
-    return None
+    return StageRequestId(session_id, int(parts[3]), parts[5])
 
 
 @dataclass(frozen=True, slots=True)
 class StageSubmission:
-    """One unit of session input for a stage: opens the request or updates it."""
+    """One unit of session input for a stage: opens the request or updates it.
+
+    ``fence`` is the fence ``request_id`` was made under: the session drops a submission
+    that would open a request of an epoch a cancel already ended."""
 
     request_id: str
     stage_index: int
     data: dict[str, Any]
+    fence: DuplexFence
     final: bool = False
+
+    @classmethod
+    def opening(
+        cls, fence: DuplexFence, role: str, data: dict[str, Any], *, final: bool = False
+    ) -> StageSubmission:
+        """Stage 0 input of the request ``role`` of ``fence``'s epoch."""
+        return cls(stage_request_id(fence, role), 0, data, fence, final)
 
 
 class SessionStages(ABC):

@@ -38,9 +38,6 @@ from .plugin import (
 
 log = logging.getLogger(__name__)
 
-# The orchestrator's owner tag of a turn response's stage request.
-TURN_RESPONSE_OWNER = "turn-response"
-
 
 class TurnFailure(StrEnum):
     """Why a turn response did not complete."""
@@ -193,7 +190,6 @@ def stage_failure(error: str) -> TurnResponseError:
 
 
 __all__ = [
-    "TURN_RESPONSE_OWNER",
     "StartTurnResponse",
     "TurnFailure",
     "TurnProjection",

@@ -163,7 +163,17 @@ class StageRequests:
         self.stages = stages
 
     def submit(self, submission: StageSubmission) -> None:
-        self._session.request_ids.add(submission.request_id)
+        """Send it on, unless it would open a request of an epoch a cancel ended (or of a
+        closed session): that request's abort has gone out already, and registering it
+        again would bring it back to life."""
+        session = self._session
+        request_id = submission.request_id
+        if request_id not in session.request_ids and (
+            not session.open or submission.fence.epoch != session.epoch
+        ):
+            log.debug("stale session submission %s dropped", request_id)
+            return
+        session.request_ids.add(request_id)
         self.stages.submit(submission)
 
     def abort(self, request_ids: list[str]) -> None:

@@ -26,7 +26,7 @@ from ....protocol.duplex import (
     rms,
 )
 from ....protocol.duplex import commands as cmd
-from ..contracts import StageSubmission, stage_request_id
+from ..contracts import StageSubmission
 from ..plugin import DuplexRuntimeConfigError, ModelInputTranscript
 from ..settings import SessionSettings
 from .context import Inputs, SessionContext
@@ -381,8 +381,7 @@ class InputFlow(Inputs):
             chunk, self._stream_units = self._stream_units[:unit], self._stream_units[unit:]
             data = ctx.plugin.plan_input_unit(session.model_state, chunk, fence=session.fence)
             if data is not None:
-                request_id = stage_request_id(session.fence, "stage0")
-                ctx.stage.submit(StageSubmission(request_id, 0, data))
+                ctx.stage.submit(StageSubmission.opening(session.fence, "stage0", data))
                 self._streamed = True
 
     # ---- commit --------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..contracts import StageSubmission, stage_request_id
+from ..contracts import DuplexFence, StageSubmission, stage_request_id
 from ..plugin import ModelError, ModelInputTranscript
 from .context import FinalTranscript, SessionContext, StageOutputItem, Transcripts
 
@@ -78,12 +78,16 @@ class Utterance:
     item_id: str
     start_sample: int  # where the speech (with its padding) starts in the turn's audio
     request_id: str = ""
-    epoch: int = -1
+    fence: DuplexFence | None = None  # the fence its request was opened under
     failed: bool = False
     deltas: TranscriptDeltas = field(default_factory=TranscriptDeltas)
     # Hypotheses so far and the last one, replaced whole (turn detection reads it from a
     # pool thread).
     heard: tuple[int, str] = (0, "")
+
+    @property
+    def epoch(self) -> int:
+        return -1 if self.fence is None else self.fence.epoch
 
 
 class LiveTranscription(Transcripts):
@@ -155,7 +159,9 @@ class LiveTranscription(Transcripts):
             return
         try:
             data = self.ctx.plugin.plan_utterance_end(self.session.model_state)
-            self.ctx.stage.submit(StageSubmission(utterance.request_id, 0, data, final=True))
+            self.ctx.stage.submit(
+                StageSubmission(utterance.request_id, 0, data, utterance.fence, final=True)
+            )
         except Exception as exc:
             self._finishing.pop(utterance.request_id, None)
             self._release(utterance)
@@ -229,8 +235,8 @@ class LiveTranscription(Transcripts):
         """(Re)open the utterance's request in the current epoch with its audio so far."""
         self._release(utterance)
         self._opened += 1
-        utterance.request_id = stage_request_id(self.session.fence, f"utt{self._opened}")
-        utterance.epoch = self.session.epoch
+        utterance.fence = self.session.fence
+        utterance.request_id = stage_request_id(utterance.fence, f"utt{self._opened}")
         audio = self.session.input.audio()[utterance.start_sample :]
         self._submit(utterance, audio, opening=True)
 
@@ -245,7 +251,7 @@ class LiveTranscription(Transcripts):
             data = plugin.plan_utterance_audio(
                 self.session.model_state, samples, opening=opening, **extra
             )
-            self.ctx.stage.submit(StageSubmission(utterance.request_id, 0, data))
+            self.ctx.stage.submit(StageSubmission(utterance.request_id, 0, data, utterance.fence))
         except Exception as exc:
             # The commit hands the whole turn over instead, as without live transcription.
             log.warning("live transcription of %s stopped: %s", utterance.item_id, exc)

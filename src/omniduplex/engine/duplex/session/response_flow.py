@@ -201,7 +201,9 @@ class ResponseFlow(Responses):
         response.request_ids.append(request_id)
         try:
             data = plugin.plan_response(session.model_state, request)
-            self.ctx.stage.submit(StageSubmission(request_id, 0, data, final=True))
+            # A carried request is the utterance's, which the hand-over checked is of
+            # this epoch.
+            self.ctx.stage.submit(StageSubmission(request_id, 0, data, session.fence, final=True))
         except Exception as exc:
             self.fail("model_backend_failed", f"could not start the response: {exc}")
 

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ....protocol.duplex import commands as cmd
-from ..contracts import SessionStages, epoch_of_request
+from ..contracts import SessionStages, parse_stage_request_id
 from ..plugin import DuplexModelPlugin
 from .context import (
     Admission,
@@ -309,10 +309,10 @@ class DuplexSessionRunner:
     # ---- stage outputs ----------------------------------------------------------
 
     def _on_stage_output(self, item: StageOutputItem) -> None:
-        epoch = epoch_of_request(item.request_id)
+        parsed = parse_stage_request_id(item.request_id)
         if item.finished:
             self._stage.finished(item.request_id)
-        if self.closing or epoch is None or epoch != self.session.epoch:
+        if self.closing or parsed is None or parsed.epoch != self.session.epoch:
             return  # stale: its epoch was cancelled (its terminal events are already out)
         try:
             self.session.lease.touch(self.clock(), LeaseActivity.MODEL_OUTPUT)

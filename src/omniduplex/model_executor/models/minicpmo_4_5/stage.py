@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from omniduplex.engine.duplex.contracts import epoch_of_request, session_id_of_request
+from omniduplex.engine.duplex.contracts import parse_stage_request_id
 from omniduplex.engine.stage import StageInput, StageModel, StageOutput
 
 from .options import FIRST_UNIT_SAMPLES, UNIT_SAMPLES, MiniCPMO45Options
@@ -104,8 +104,9 @@ class MiniCPMO45StageModel(StageModel):
     # ---- request lifecycle ----------------------------------------------------------
 
     def add_request(self, request_id: str, inputs: StageInput) -> None:
-        session_id = session_id_of_request(request_id) or request_id
-        epoch = epoch_of_request(request_id) or 0
+        parsed = parse_stage_request_id(request_id)
+        session_id = parsed.session_id if parsed is not None else request_id
+        epoch = parsed.epoch if parsed is not None else 0
         config = dict(inputs.data.get("config") or {})
         held = self._by_session.get(session_id)
         if held is not None:

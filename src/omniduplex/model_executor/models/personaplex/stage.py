@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from omniduplex.engine.duplex.contracts import epoch_of_request, session_id_of_request
+from omniduplex.engine.duplex.contracts import parse_stage_request_id
 from omniduplex.engine.stage import StageInput, StageModel, StageOutput
 
 from .options import FRAME_MS, FRAME_SAMPLES, SILENCE_TOKENS, SINE_TOKENS, PersonaPlexOptions
@@ -118,8 +118,9 @@ class PersonaPlexStageModel(StageModel):
         return 0 if slot is None else slot.backlog
 
     def add_request(self, request_id: str, inputs: StageInput) -> None:
-        session_id = session_id_of_request(request_id) or request_id
-        epoch = epoch_of_request(request_id) or 0
+        parsed = parse_stage_request_id(request_id)
+        session_id = parsed.session_id if parsed is not None else request_id
+        epoch = parsed.epoch if parsed is not None else 0
         config = dict(inputs.data.get("config") or {})
         held = self._by_session.get(session_id)
         if held is not None:
