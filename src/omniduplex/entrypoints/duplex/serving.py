@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -31,7 +30,7 @@ from .connection import RealtimeConnection
 from .journal import DuplexTransportError, JournalGap
 from .realtime_input import RealtimeEnvelope
 from .realtime_protocol import ClientCommand, OpenRequest, RealtimeProtocol, ResumeRequest
-from .session_attachment import DuplexSessionAttachmentRegistry
+from .session_attachment import DuplexSessionAttachmentRegistry, SessionAttachment
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +43,6 @@ _RESUME_REFUSALS = {
     "unknown_session": "session_resume_expired",
     "session_closed": "session_resume_expired",
 }
-
-
-@dataclass(slots=True)
-class _Session:
-    handle: DuplexSessionHandle
-    # The protocol of the connection that opened or last resumed the session: it renders
-    # and numbers the session's events (into the journal alone once it is closed).
-    protocol: RealtimeProtocol
-    resumable: bool
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    # Why the session ended, for the close frame every client gets (stock ones too).
-    terminal_reason: str = "session_closed"
 
 
 class RealtimeRoute:
@@ -81,7 +68,6 @@ class RealtimeRoute:
             replay_ttl_s=runtime.resume_replay_ttl_s,
             replay_max_bytes_per_session=runtime.resume_replay_max_bytes_per_session,
         )
-        self._sessions: dict[str, _Session] = {}
         self._shutting_down = False
         self._tasks: set[asyncio.Task[None]] = set()
         # Once a session's buffers are freed, the C heap gives their pages back.
@@ -186,7 +172,12 @@ class RealtimeRoute:
         self.metrics.active.inc()
         resumable = bool(handle.capabilities.get("supports_session_resume"))
         token, generation = self.registry.register(
-            session_id, resumable=resumable, socket=conn, lease_generation=handle.lease_generation
+            session_id,
+            resumable=resumable,
+            socket=conn,
+            lease_generation=handle.lease_generation,
+            handle=handle,
+            protocol=protocol,
         )
         protocol.opened(
             session_id,
@@ -196,18 +187,22 @@ class RealtimeRoute:
             rejected=request.rejected,
             opened_by=request.opened_by,
         )
-        state = _Session(handle=handle, protocol=protocol, resumable=resumable)
-        self._sessions[session_id] = state
-        handle.deliver_to(_SessionStream(self, session_id, state))
+        handle.deliver_to(_SessionStream(self, self.registry.get(session_id)))
         if request.then is not None:
             self._submit(protocol, handle, request.then)
         return session_id
+
+    def _open_session(self, session_id: str | None) -> SessionAttachment | None:
+        """The record of a session that has not ended (an ended one waits only for its
+        last frames to go out)."""
+        state = self.registry.get(session_id) if session_id else None
+        return None if state is None or state.ended.is_set() else state
 
     def _journal_bytes(self) -> float:
         return float(sum(self.registry.journal(sid).retained_bytes for sid in list(self.registry)))
 
     async def _read(self, websocket: WebSocket, conn: RealtimeConnection, session_id: str) -> None:
-        state = self._sessions.get(session_id)
+        state = self.registry.get(session_id)
         protocol = conn.protocol
         while state is not None and not state.ended.is_set():
             frame = await self._receive(websocket, None)
@@ -234,8 +229,8 @@ class RealtimeRoute:
     async def _resume(self, conn: RealtimeConnection, command: Any) -> str | None:
         protocol = conn.protocol
         session_id = command.session_id
-        state = self._sessions.get(session_id)
-        if state is None or state.ended.is_set():
+        state = self._open_session(session_id)
+        if state is None:
             protocol.refuse(
                 "session_resume_expired",
                 f"Unknown or expired duplex session: {session_id}",
@@ -290,19 +285,19 @@ class RealtimeRoute:
 
     # ---- the end of a session -----------------------------------------------------------
 
-    def _session_ended(self, session_id: str, state: _Session) -> None:
+    def _session_ended(self, state: SessionAttachment) -> None:
         """The session's terminal event was handed on (or the engine died): close its
         socket once that is sent, then forget it."""
         if state.ended.is_set():
             return
         state.ended.set()
-        self.metrics.session_ended(session_id)
-        self._sessions.pop(session_id, None)
-        task = asyncio.get_running_loop().create_task(self._finish(session_id, state))
+        self.metrics.session_ended(state.session_id)
+        task = asyncio.get_running_loop().create_task(self._finish(state))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _finish(self, session_id: str, state: _Session) -> None:
+    async def _finish(self, state: SessionAttachment) -> None:
+        session_id = state.session_id
         conn = self.registry.socket_of(session_id)
         if isinstance(conn, RealtimeConnection):
             # The terminal event is numbered as it is sent: keep the journal until then.
@@ -318,7 +313,7 @@ class RealtimeRoute:
         queue passed the bound; now its session is detached (resumable) or closed, as
         for a dropped socket. One log line per episode."""
         session_id = conn.protocol.session_id
-        state = self._sessions.get(session_id) if session_id else None
+        state = self._open_session(session_id)
         current = state is not None and self.registry.is_current(session_id, conn)
         log.warning(
             "session %s: client stopped reading (%d events, %d bytes unsent, bounds %d / %d); "
@@ -336,12 +331,8 @@ class RealtimeRoute:
         task.add_done_callback(self._tasks.discard)
 
     async def _disconnected(self, conn: RealtimeConnection, session_id: str | None) -> None:
-        state = self._sessions.get(session_id) if session_id else None
-        if (
-            state is not None
-            and not state.ended.is_set()
-            and self.registry.detach(session_id, conn)
-        ):
+        state = self._open_session(session_id)
+        if state is not None and self.registry.detach(session_id, conn):
             # The lease this socket held, read before any await: a resume from another
             # connection may take a newer one while this one is being closed.
             lease = self.registry.lease_generation(session_id)
@@ -354,9 +345,6 @@ class RealtimeRoute:
             # The socket's queue and buffers are gone now, whatever the session does next.
             self.heap.soon()
             return
-        if state is not None and state.ended.is_set():
-            await conn.drain()
-            return
         if not conn.closed:
             conn.protocol.close_after_pending(1000, "")
             await conn.drain(1.0)
@@ -368,7 +356,11 @@ class RealtimeRoute:
         if self._tasks:
             # Sessions a dead engine ended just before: their close must not be cut short.
             await asyncio.wait(list(self._tasks), timeout=5.0)
-        states = list(self._sessions.items())
+        states = [
+            (session_id, state)
+            for session_id in list(self.registry)
+            if (state := self._open_session(session_id)) is not None
+        ]
         conns = [self.registry.socket_of(session_id) for session_id, _ in states]
         for session_id, _ in states:
             with contextlib.suppress(EngineError, DuplexSessionError):
@@ -398,9 +390,9 @@ class _SessionStream(EventConsumer):
     dropping the unsent audio of a cancelled response); once that connection is gone it
     numbers them straight into the journal, for a resume to replay."""
 
-    def __init__(self, route: RealtimeRoute, session_id: str, state: _Session):
+    def __init__(self, route: RealtimeRoute, state: SessionAttachment):
         self.route = route
-        self.session_id = session_id
+        self.session_id = state.session_id
         self.state = state
 
     def on_event(self, event: Any) -> None:
@@ -408,14 +400,14 @@ class _SessionStream(EventConsumer):
         state.protocol.deliver(event)
         if isinstance(event, ev.SessionClosed):
             state.terminal_reason = str(getattr(event, "reason", "") or state.terminal_reason)
-            self.route._session_ended(self.session_id, state)
+            self.route._session_ended(state)
 
     def on_error(self, error: BaseException) -> None:
         log.warning("session %s: engine ended: %s", self.session_id, error)
         if isinstance(error, EngineDeadError):
             # No session.closed is coming: the close frame is where a client learns why.
             self.state.terminal_reason = ENGINE_UNAVAILABLE
-        self.route._session_ended(self.session_id, self.state)
+        self.route._session_ended(self.state)
 
     def backlogged(self) -> bool:
         # Over half its bound waits for the socket: the pump lets the writer run before

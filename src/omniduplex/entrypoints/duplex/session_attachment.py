@@ -1,8 +1,12 @@
 """Which socket serves which session, resume credentials and replay (sans-I/O).
 
-One record per session the serving layer has open, holding transport bookkeeping only
-(the session itself lives in the engine):
+One record per session the serving layer has open (the session itself lives in the
+engine), holding everything serving keeps for it:
 
+* the session's engine handle, and the protocol of the connection that opened or last
+  resumed it (it renders and numbers the session's events, into the journal alone once
+  that connection is gone); whether the session ``ended`` and why (``terminal_reason``,
+  for the close frame every client gets);
 * the resume credential (decision 15): ``secrets.token_urlsafe(32)``, kept only as its
   SHA-256 digest and compared with ``hmac.compare_digest``; rotated on every resume;
 * ``attachment_generation``: 1 at open, +1 per successful resume;
@@ -38,6 +42,7 @@ lock because no method awaits.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import secrets
@@ -130,11 +135,15 @@ def _accepts(record: SessionAttachment, presented: bytes) -> bool:
 
 @dataclass(slots=True, eq=False)
 class SessionAttachment:
-    """The serving layer's bookkeeping for one session. No plaintext token lives here."""
+    """The serving layer's record of one session. No plaintext token lives here."""
 
     session_id: str
     resumable: bool
     journal: ReplayJournal = field(repr=False)
+    handle: Any = field(default=None, repr=False)
+    protocol: Any = field(default=None, repr=False)
+    ended: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    terminal_reason: str = "session_closed"
     attachment_generation: int = 1
     lease_generation: int = 0
     socket: Any = field(default=None, repr=False)
@@ -203,6 +212,8 @@ class DuplexSessionAttachmentRegistry:
         resumable: bool,
         socket: Any = None,
         lease_generation: int = 0,
+        handle: Any = None,
+        protocol: Any = None,
     ) -> tuple[str | None, int]:
         """Start bookkeeping for a newly opened session: ``(resume_token | None, 1)``.
 
@@ -223,6 +234,8 @@ class DuplexSessionAttachmentRegistry:
             lease_generation=lease_generation,
             socket=socket,
             token_digest=token_digest(token) if token is not None else None,
+            handle=handle,
+            protocol=protocol,
         )
         self._sessions[session_id] = record
         return token, record.attachment_generation
