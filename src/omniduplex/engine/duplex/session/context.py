@@ -28,7 +28,7 @@ from ..contracts import SessionStages, StageSubmission
 if TYPE_CHECKING:
     from ..plugin import DuplexModelPlugin, ModelInputTranscript, ResponseRequest
     from .emitter import SessionEmitter
-    from .playout import PlayoutClock
+    from .playback import Playback
     from .state import DuplexEngineSession
 
 log = logging.getLogger(__name__)
@@ -340,9 +340,8 @@ class SessionContext:
         "input_tail",
         "offload",
         "out",
-        "playout",
+        "playback",
         "plugin",
-        "schedule_playout",
         "session",
         "stage",
     )
@@ -358,8 +357,7 @@ class SessionContext:
         stage: StageRequests,
         input_tail: InputTail,
         admission: Admission,
-        playout: PlayoutClock,
-        schedule_playout: Callable[[float | None], None],
+        playback: Playback,
     ) -> None:
         self.session = session
         self.out = out
@@ -369,10 +367,8 @@ class SessionContext:
         self.stage = stage
         self.input_tail = input_tail
         self.admission = admission
-        # The session's playout clock, and the runner's one timer that wakes it (at a
-        # time of the clock's; None: no wake-up wanted).
-        self.playout = playout
-        self.schedule_playout = schedule_playout
+        # What the user heard: the session's outgoing audio and its cursors.
+        self.playback = playback
         self._inputs: Inputs | None = None
         self._responses: Responses | None = None
         self._transcripts: Transcripts | None = None

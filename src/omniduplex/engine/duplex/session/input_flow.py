@@ -272,7 +272,8 @@ class InputFlow(Inputs):
                 turn.item_id = turn.item_id or new_item_id()
                 turn.audio_start_ms = event.audio_ms
                 onset_ms = event.onset_ms if event.onset_ms is not None else event.audio_ms
-                if settings.backchannel_policy == "ignore" and self._assistant_speaking():
+                speaking = self.ctx.playback.assistant_speaking()
+                if settings.backchannel_policy == "ignore" and speaking:
                     self._held = _HeldSpeech(onset_ms)
                     # Pause the reply now, not once judged: an interruption then stops
                     # within what the client holds, a backchannel resumes it losing nothing.
@@ -302,12 +303,6 @@ class InputFlow(Inputs):
         if not detector.speaking and not self.session.input.speech_active:
             self._forget_old_silence(self.session.input, detector.prefix_padding_ms)
 
-    def _assistant_speaking(self) -> bool:
-        """The assistant's voice is on: its audio plays, or a reply whose audio began is
-        still in progress (between two sentences the model has not finished yet)."""
-        playout = self.ctx.playout
-        return playout.playing or (self.session.response is not None and playout.started)
-
     def _announce_speech(self) -> None:
         """The turn's speech is announced (``speech_started``) and, over a reply, barges
         in: at once, or once held speech outlasted a backchannel."""
@@ -316,7 +311,7 @@ class InputFlow(Inputs):
         turn = session.input
         session.advance(TurnStep.USER_SPEECH)
         self.out.speech_started(turn.audio_start_ms, turn.item_id)
-        if session.response is not None or self.ctx.playout.playing:
+        if session.response is not None or self.ctx.playback.playing:
             self.out.overlap_decision(
                 session.settings.overlap_policy,
                 "barge_in",
@@ -356,7 +351,7 @@ class InputFlow(Inputs):
     def _overlap(self, samples: int) -> None:
         """Speech while the assistant talks, without server VAD: apply the overlap policy."""
         session = self.session
-        if session.response is None and not self.ctx.playout.playing:
+        if session.response is None and not self.ctx.playback.playing:
             return
         settings = session.settings
         session.overlap_speech_ms += samples * 1000 // self.rate_hz

@@ -3,21 +3,18 @@
 Part of the session runner (single writer), through its ``SessionContext``; every
 method runs on the orchestrator loop.
 
-A response's audio goes out through the session's playout clock (``playout.py``): paced
+A response's audio goes out through the session's ``Playback`` (``playback.py``): paced
 at real time plus the lead, however fast the model made it. A response the model has
 finished stays active until its last audio has left, so ``response.done`` tells the
-truth and a talk-over while it plays cancels it. What the user heard is the clock's
-played position: a cancelled response is cut there (its unplayed audio never leaves,
+truth and a talk-over while it plays cancels it. What the user heard is the played
+position: a cancelled response is cut there (its unplayed audio never leaves,
 ``output_audio_buffer.cleared``), and its item keeps the transcript up to that point
-(``conversation.item.truncated`` says where). A talk-over in the last stretch after
-``response.done`` (audio released, not yet played) truncates the stored item the same
-way. Unpaced sessions release everything at once and keep the client's word for what
-was played, as before pacing existed.
+(``conversation.item.truncated`` says where). Unpaced sessions release everything at
+once and keep the client's word for what was played, as before pacing existed.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -44,16 +41,9 @@ from ..settings import check_tool_choice, check_tools
 from .context import Responses, SessionContext, StageOutputItem
 from .history import StoredItem
 from .lease import LeaseActivity
-from .playback_ledger import (
-    apply_playback_ack,
-    resolve_ack,
-    truncate_item,
-    truncate_stored_item,
-)
 from .playout import AudioUnit
 from .state import (
     ActiveResponse,
-    PlaybackCursor,
     TurnStep,
     function_call_item,
     new_item_id,
@@ -82,11 +72,8 @@ class ResponseFlow(Responses):
         self.session = ctx.session
         self.out = ctx.out
         self.plugin = ctx.plugin
-        self.playout = ctx.playout
+        self.playback = ctx.playback
         self.max_unplayed_output_bytes = max_unplayed_output_bytes
-        # A finished response whose released audio is still playing out (paced): its
-        # output_audio_buffer.stopped is owed, and a talk-over truncates its item.
-        self._playing_out: ActiveResponse | None = None
 
     # ---- starting -----------------------------------------------------------------
 
@@ -163,13 +150,10 @@ class ResponseFlow(Responses):
             session.settings.output_format,
             session.settings.output_rate_hz,
         )
-        self._end_play_out()
-        settings = session.settings
-        self.playout.begin(response_id, paced=settings.paced, lead_ms=session.playout_lead_ms())
+        self.playback.begin(response)
         session.advance(TurnStep.RESPONSE_START, response)
         session.response_counter += 1
         session.last_response_id = response_id
-        session.playback[response_id] = PlaybackCursor()
         self.out.response_started(response)
 
         # Nothing new from the user: the model speaks first (or again) from the conversation
@@ -365,8 +349,8 @@ class ResponseFlow(Responses):
             cursor.sent_ms = audio_end_ms
             self.out.transcript_only_delta(response, result.text)
             return
-        self.playout.push(AudioUnit(b64encode_str(encoded), result.text, audio_end_ms, chars))
-        if self.playout.pending_chars > self.max_unplayed_output_bytes:
+        self.playback.push(AudioUnit(b64encode_str(encoded), result.text, audio_end_ms, chars))
+        if self.playback.pending_chars > self.max_unplayed_output_bytes:
             self.fail(
                 "output_audio_backlog_full",
                 f"the response generated more than {self.max_unplayed_output_bytes} bytes "
@@ -381,28 +365,20 @@ class ResponseFlow(Responses):
         response = self.session.response
         if response is None:
             return
-        playout = self.playout
-        first = not playout.started
-        units = playout.release()
-        if units and first and playout.paced:
-            self.out.output_audio_started(response.response_id)
-        cursor = self.session.cursor(response.response_id)
-        for unit in units:
-            cursor.sent_ms = unit.end_ms
-            self.out.audio_delta(response, unit.audio, unit.text, unit.end_ms, unit.text_chars)
+        self.playback.release(response)
         ended = response.generation_ended
-        if ended is not None and not playout.pending:
+        if ended is not None and not self.playback.pending:
             status, reason = ended
             self._finish(response, status=status, reason=reason)
             return
-        self.ctx.schedule_playout(playout.next_due())
+        self.playback.wake_when_due()
 
     def on_playout_due(self) -> None:
         """The runner's playout timer fired."""
         if self.session.response is not None:
             self._play()
             return
-        self._end_play_out(only_if_played=True)
+        self.playback.on_due()
 
     # ---- ending -------------------------------------------------------------------
 
@@ -414,7 +390,7 @@ class ResponseFlow(Responses):
         tail = response.encoder.flush() if response.wants_audio else b""
         if tail and response.audio_ms > 0:
             chars = len(response.transcript_text())
-            self.playout.push(AudioUnit(b64encode_str(tail), "", round(response.audio_ms), chars))
+            self.playback.push(AudioUnit(b64encode_str(tail), "", round(response.audio_ms), chars))
         response.generation_ended = (status, reason)
         self._play()
 
@@ -424,7 +400,7 @@ class ResponseFlow(Responses):
         if response is None:
             return
         self._abort(response)
-        self._stop_playout(response)
+        self.playback.stop(response)
         self._finish(response, status="failed", reason=code, error_message=message)
 
     def cancel(self, reason: str, *, clear_output: bool = False) -> bool:
@@ -437,7 +413,7 @@ class ResponseFlow(Responses):
         session.advance_epoch()
         self._abort(response)
         response.encoder.reset()
-        played = self._stop_playout(response)
+        played = self.playback.stop(response)
         if clear_output and played is None:
             self.out.output_audio_cleared(response.response_id)
         self._finish(response, status="cancelled", reason=reason)
@@ -448,67 +424,17 @@ class ResponseFlow(Responses):
     def talked_over(self, reason: str) -> bool:
         if self.cancel(reason):
             return True
-        return self._cut_play_out()
+        return self.playback.cut_played_out()
 
     def hold_playout(self) -> bool:
         if self.session.response is None:
             return False
-        self.playout.hold()
-        self.ctx.schedule_playout(None)
+        self.playback.hold()
         return True
 
     def resume_playout(self) -> None:
-        if not self.playout.held:
-            return
-        self.playout.resume()
-        self._play()
-
-    def _stop_playout(self, response: ActiveResponse) -> int | None:
-        """Cut the playout of ``response``: what was not released never is. Paced and
-        started, the played position becomes what was heard (returned) and the client is
-        told its buffer was cleared; otherwise ``None``."""
-        playout = self.playout
-        self.ctx.schedule_playout(None)
-        started = playout.paced and playout.started
-        played = playout.cut()
-        if not started:
-            return None
-        cursor = self.session.cursor(response.response_id)
-        cursor.played_ms = cursor.committed_ms = played
-        self.out.output_audio_cleared(response.response_id)
-        return played
-
-    def _cut_play_out(self) -> bool:
-        """A talk-over after ``response.done`` while its audio still plays: the stored
-        item is truncated at the played position."""
-        response = self._playing_out
-        playout = self.playout
-        if response is None or not playout.playing:
-            return False
-        self._playing_out = None
-        self.ctx.schedule_playout(None)
-        played = playout.cut()
-        cursor = self.session.cursor(response.response_id)
-        cursor.played_ms = cursor.committed_ms = played
-        self.out.output_audio_cleared(response.response_id)
-        if truncate_stored_item(self.session, response.item_id, played):
-            self.out.item_truncated(response.item_id, 0, played)
-        return True
-
-    def _end_play_out(self, *, only_if_played: bool = False) -> None:
-        """The last response's audio has played out (or a new response starts):
-        ``output_audio_buffer.stopped``."""
-        response = self._playing_out
-        if response is None:
-            return
-        if only_if_played and self.playout.playing:
-            self.ctx.schedule_playout(self.playout.played_out_at())
-            return
-        self._playing_out = None
-        if self.session.settings.playback_commit_policy == "ack_only":
-            # History keeps what was heard: now all of what was played out.
-            truncate_stored_item(self.session, response.item_id, self.playout.played_ms())
-        self.out.output_audio_stopped(response.response_id)
+        if self.playback.resume():
+            self._play()
 
     def _finish(
         self,
@@ -551,14 +477,9 @@ class ResponseFlow(Responses):
             stage_metrics=metrics,
         )
         if response.conversation != "none" and response.message_index is not None:
-            self._store_assistant_item(response, status, transcript, cursor)
+            self._store_assistant_item(response, status, transcript)
         session.advance(TurnStep.RESPONSE_END)
-        playout = self.playout
-        if status == "completed" and playout.playing:
-            self._playing_out = response
-            self.ctx.schedule_playout(playout.played_out_at())
-        elif status == "completed" and playout.paced and playout.started:
-            self.out.output_audio_stopped(response.response_id)
+        self.playback.response_ended(response, status)
         self.ctx.transcripts.forget(response.request_ids)
         if status == "completed":
             session.turn_id += 1
@@ -567,18 +488,9 @@ class ResponseFlow(Responses):
             session.deferred_commit = None
             self.ctx.inputs.promote_deferred(deferred)
 
-    def _store_assistant_item(
-        self, response: ActiveResponse, status: str, transcript: str, cursor: PlaybackCursor
-    ) -> None:
+    def _store_assistant_item(self, response: ActiveResponse, status: str, transcript: str) -> None:
         settings = self.session.settings
-        audio_ms = round(response.audio_ms)
-        committed = cursor.committed_ms
-        if self.playout.paced:
-            if status != "completed":
-                audio_ms = cursor.sent_ms  # the rest never left
-            # The clock knows what was heard without an ack; the rest is committed as it
-            # plays out (``_end_play_out``).
-            committed = max(committed, self.playout.played_ms())
+        audio_ms, committed = self.playback.heard_ms(response, status)
         if settings.playback_commit_policy == "ack_only" and audio_ms > 0:
             heard = truncate_transcript(transcript, committed, audio_ms, response.marks)
         else:
@@ -601,8 +513,7 @@ class ResponseFlow(Responses):
             return []
         self.session.advance(TurnStep.RESPONSE_ABANDON)
         self._abort(response)
-        self.ctx.schedule_playout(None)
-        self.playout.cut()
+        self.playback.abandon()
         return list(response.request_ids)
 
     def _abort(self, response: ActiveResponse) -> None:
@@ -632,7 +543,7 @@ class ResponseFlow(Responses):
         ):
             self.cancel("output_audio_buffer_clear", clear_output=True)
             return
-        if self._cut_play_out():
+        if self.playback.cut_played_out():
             return  # the last response's audio still playing out: cut, and cleared said
         self.out.output_audio_cleared(command.response_id or self.session.last_response_id)
 
@@ -652,7 +563,7 @@ class ResponseFlow(Responses):
         session = self.session
         had_input = self.ctx.inputs.drop_input()
         if not self.cancel(reason):
-            self._cut_play_out()
+            self.playback.cut_played_out()
             session.advance_epoch()
             self.out.input_cleared()
         elif had_input:
@@ -665,18 +576,7 @@ class ResponseFlow(Responses):
             self.session.lease.touch(self.ctx.clock(), LeaseActivity.PLAYBACK_ACK)
         except Exception:
             return
-        playout = self.playout
-        resolved = resolve_ack(self.session, command)
-        if playout.paced and resolved is not None and resolved[0] == playout.response_id:
-            # The client's word corrects the clock; it cannot have played what never left.
-            taken = playout.acknowledge(command.played_ms)
-            committed = command.committed_ms
-            command = replace(
-                command,
-                played_ms=taken,
-                committed_ms=None if committed is None else min(committed, taken),
-            )
-        apply_playback_ack(self.session, self.out, command)
+        self.playback.acknowledge(command)
 
     def on_delete_item(self, command: cmd.DeleteItem) -> None:
         if not self.session.items.delete(command.item_id):
@@ -696,19 +596,12 @@ class ResponseFlow(Responses):
         self.out.item_retrieved(item)
 
     def on_truncate_item(self, command: cmd.TruncateItem) -> None:
-        response = self.session.response
-        if (
-            response is not None
-            and command.item_id == response.item_id
-            and self.playout.paced
-            and self.playout.started
-        ):
+        if self.playback.stops_at(command):
             # The client stopped playing the response still going out at audio_end_ms:
             # the rest will not be heard. Cut it there.
-            self.playout.acknowledge(command.audio_end_ms)
             self.cancel("client_cancelled")
             return
-        truncate_item(self.session, self.out, command)
+        self.playback.truncate(command)
 
 
 _EMPTY = np.zeros(0, dtype=np.float32)

@@ -39,7 +39,7 @@ from .input_budget import InputAudioBudget, held_input_samples
 from .input_flow import InputFlow
 from .lease import LeaseActivity
 from .live_transcript import LiveTranscription
-from .playout import PlayoutClock
+from .playback import Playback
 from .response_flow import ResponseFlow
 from .state import DuplexEngineSession, SessionState
 
@@ -90,7 +90,9 @@ class DuplexSessionRunner:
         self._input_audio = budget.hold()
         self._admission = Admission(session, limits)
         # Real time, whatever clock the lease uses: the playout follows the wall.
-        self.playout = PlayoutClock(time.monotonic)
+        self.playback = Playback(
+            session, self.out, clock=time.monotonic, wake=self._schedule_playout
+        )
         self._playout_timer: asyncio.TimerHandle | None = None
         ctx = SessionContext(
             session=session,
@@ -101,8 +103,7 @@ class DuplexSessionRunner:
             stage=self._stage,
             input_tail=self._input_tail,
             admission=self._admission,
-            playout=self.playout,
-            schedule_playout=self._schedule_playout,
+            playback=self.playback,
         )
         self.responses = ResponseFlow(ctx, max_unplayed_output_bytes=max_unplayed_output_bytes)
         self.inputs = InputFlow(ctx, max_turn_s=max_input_turn_s, audio_hold=self._input_audio)
