@@ -1,8 +1,11 @@
-"""The conversation as the engine keeps it: ordered Realtime items.
+"""The conversation as the engine keeps it: ordered Realtime items, and the client's
+``conversation.item.*`` commands on them.
 
 What the store holds is what the model sees as history and what
 ``conversation.item.retrieve`` returns. An assistant item holds only the text the user
 heard when the session commits playback by acknowledgement (``ack_only``).
+``ItemCommands`` is the runner's part that answers the item commands; a truncate of the
+response still playing is the runner's to route (``Playback.stops_at``).
 """
 
 from __future__ import annotations
@@ -10,7 +13,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ....protocol.duplex import commands as cmd
+from ....protocol.duplex import truncate_transcript
+
+if TYPE_CHECKING:
+    from .emitter import SessionEmitter
+    from .state import DuplexEngineSession
 
 
 @dataclass(slots=True)
@@ -108,3 +118,99 @@ class ConversationStore:
             if item.get("type") == "function_call" and item.get("call_id") == call_id:
                 return stored
         return None
+
+
+class ItemCommands:
+    """``conversation.item.create`` / ``delete`` / ``retrieve`` / ``truncate``."""
+
+    def __init__(self, session: DuplexEngineSession, out: SessionEmitter) -> None:
+        self.session = session
+        self.out = out
+
+    def create(self, command: cmd.CreateItem) -> None:
+        session = self.session
+        item = dict(command.item)
+        texts = [
+            part.get("text")
+            for part in item.get("content") or []
+            if isinstance(part, dict) and part.get("type") in ("input_text", "text")
+        ]
+        if item.get("type") == "message" and item.get("role") == "user" and texts:
+            if not session.capabilities.supports_text_input:
+                self.out.error(
+                    "text_only_turn_unsupported",
+                    "this model cannot answer text input",
+                    event_id=command.event_id,
+                    param="item.content",
+                )
+                return
+            session.pending_user_text = (
+                session.pending_user_text + " " + " ".join(t for t in texts if isinstance(t, str))
+            ).strip()
+        if item.get("type") == "function_call_output":
+            call_id = item.get("call_id")
+            if session.items.function_call(call_id) is None:
+                self.out.error(
+                    "function_call_not_found",
+                    f"No function call with call_id {call_id!r} in this conversation",
+                    event_id=command.event_id,
+                    param="item.call_id",
+                )
+                return
+        previous = session.items.add(StoredItem(item=item))
+        self.out.item_added(item, command.previous_item_id or previous, done=True)
+
+    def delete(self, command: cmd.DeleteItem) -> None:
+        if not self.session.items.delete(command.item_id):
+            self.out.error(
+                "item_not_found", f"Unknown item: {command.item_id}", event_id=command.event_id
+            )
+            return
+        self.out.item_deleted(command.item_id)
+
+    def retrieve(self, command: cmd.RetrieveItem) -> None:
+        item = self.session.items.snapshot(command.item_id)
+        if item is None:
+            self.out.error(
+                "item_not_found", f"Unknown item: {command.item_id}", event_id=command.event_id
+            )
+            return
+        self.out.item_retrieved(item)
+
+    def truncate(self, command: cmd.TruncateItem) -> None:
+        """Truncate a stored assistant item's audio (and what history keeps of its
+        transcript) at ``audio_end_ms``."""
+        session, out = self.session, self.out
+        stored = session.items.get(command.item_id)
+        if stored is None:
+            out.error(
+                "item_not_found", f"Unknown item: {command.item_id}", event_id=command.event_id
+            )
+            return
+        item = stored.item
+        content = item.get("content") or []
+        if item.get("role") != "assistant" or not (0 <= command.content_index < len(content)):
+            out.error(
+                "bad_event",
+                "only the audio part of an assistant item can be truncated",
+                event_id=command.event_id,
+                param="content_index",
+            )
+            return
+        if command.audio_end_ms > stored.audio_duration_ms:
+            out.error(
+                "bad_event",
+                f"audio_end_ms {command.audio_end_ms} is past the item's audio "
+                f"({stored.audio_duration_ms} ms)",
+                event_id=command.event_id,
+                param="audio_end_ms",
+            )
+            return
+        heard = truncate_transcript(
+            stored.full_transcript, command.audio_end_ms, stored.audio_duration_ms, stored.marks
+        )
+        content[command.content_index]["transcript"] = heard
+        if stored.response_id in session.playback:
+            cursor = session.playback[stored.response_id]
+            cursor.played_ms = cursor.committed_ms = command.audio_end_ms
+        out.item_truncated(command.item_id, command.content_index, command.audio_end_ms)

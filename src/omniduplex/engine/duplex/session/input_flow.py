@@ -30,7 +30,7 @@ from ..contracts import StageSubmission
 from ..plugin import DuplexRuntimeConfigError, ModelInputTranscript
 from ..settings import SessionSettings
 from .context import Inputs, SessionContext
-from .history import StoredItem
+from .conversation import StoredItem
 from .input_budget import AppendReservation, InputAudioBudget, InputAudioHold
 from .lease import LeaseActivity
 from .state import SIGNAL_STEPS, InputTurn, TurnStep, new_item_id
@@ -543,39 +543,6 @@ class InputFlow(Inputs):
         previous = self.session.items.add(StoredItem(item=item))
         self.out.item_added(item, previous, done=True)
         self.session.pending_user_text = (self.session.pending_user_text + " " + text).strip()
-
-    def on_create_item(self, command: cmd.CreateItem) -> None:
-        session = self.session
-        item = dict(command.item)
-        texts = [
-            part.get("text")
-            for part in item.get("content") or []
-            if isinstance(part, dict) and part.get("type") in ("input_text", "text")
-        ]
-        if item.get("type") == "message" and item.get("role") == "user" and texts:
-            if not session.capabilities.supports_text_input:
-                self.out.error(
-                    "text_only_turn_unsupported",
-                    "this model cannot answer text input",
-                    event_id=command.event_id,
-                    param="item.content",
-                )
-                return
-            session.pending_user_text = (
-                session.pending_user_text + " " + " ".join(t for t in texts if isinstance(t, str))
-            ).strip()
-        if item.get("type") == "function_call_output":
-            call_id = item.get("call_id")
-            if session.items.function_call(call_id) is None:
-                self.out.error(
-                    "function_call_not_found",
-                    f"No function call with call_id {call_id!r} in this conversation",
-                    event_id=command.event_id,
-                    param="item.call_id",
-                )
-                return
-        previous = session.items.add(StoredItem(item=item))
-        self.out.item_added(item, command.previous_item_id or previous, done=True)
 
     def on_session_update(self, command: cmd.UpdateSession) -> None:
         session = self.session

@@ -6,9 +6,10 @@ talk-over), holds and resumes it (a backchannel), and keeps each response's play
 cursor: what was generated, sent, played and committed. What the client says it played
 decides what history keeps: ``playback.ack`` moves a response's played/committed cursor
 forward (monotonic), or, with ``truncate: true`` (DESIGN decision 5), sets it exactly and
-truncates the assistant item in history at ``played_ms``; ``conversation.item.truncate``
-is the OpenAI spelling of a truncating acknowledgement. Paced, the clock itself knows what
-was heard, and a client's word only corrects it.
+truncates the assistant item in history at ``played_ms``. A ``conversation.item.truncate``
+(the OpenAI spelling of a truncating acknowledgement) of the response still going out
+stops it there (``stops_at``); of a stored item, ``conversation.ItemCommands`` answers
+it. Paced, the clock itself knows what was heard, and a client's word only corrects it.
 
 A response the model finished stays active until its last audio has left; after
 ``response.done`` its released audio may still be playing (paced), and a talk-over in
@@ -226,43 +227,6 @@ class Playback:
             clock.acknowledge(command.audio_end_ms)
             return True
         return False
-
-    def truncate(self, command: cmd.TruncateItem) -> None:
-        """``conversation.item.truncate`` of a stored assistant item."""
-        session, out = self.session, self.out
-        stored = session.items.get(command.item_id)
-        if stored is None:
-            out.error(
-                "item_not_found", f"Unknown item: {command.item_id}", event_id=command.event_id
-            )
-            return
-        item = stored.item
-        content = item.get("content") or []
-        if item.get("role") != "assistant" or not (0 <= command.content_index < len(content)):
-            out.error(
-                "bad_event",
-                "only the audio part of an assistant item can be truncated",
-                event_id=command.event_id,
-                param="content_index",
-            )
-            return
-        if command.audio_end_ms > stored.audio_duration_ms:
-            out.error(
-                "bad_event",
-                f"audio_end_ms {command.audio_end_ms} is past the item's audio "
-                f"({stored.audio_duration_ms} ms)",
-                event_id=command.event_id,
-                param="audio_end_ms",
-            )
-            return
-        heard = truncate_transcript(
-            stored.full_transcript, command.audio_end_ms, stored.audio_duration_ms, stored.marks
-        )
-        content[command.content_index]["transcript"] = heard
-        if stored.response_id in session.playback:
-            cursor = session.playback[stored.response_id]
-            cursor.played_ms = cursor.committed_ms = command.audio_end_ms
-        out.item_truncated(command.item_id, command.content_index, command.audio_end_ms)
 
     def _apply_ack(self, command: cmd.AckPlayback, resolved: tuple[str, str] | None) -> None:
         session, out = self.session, self.out

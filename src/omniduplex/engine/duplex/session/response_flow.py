@@ -39,7 +39,7 @@ from ..plugin import (
 )
 from ..settings import check_tool_choice, check_tools
 from .context import Responses, SessionContext, StageOutputItem
-from .history import StoredItem
+from .conversation import StoredItem
 from .lease import LeaseActivity
 from .playout import AudioUnit
 from .state import (
@@ -577,31 +577,6 @@ class ResponseFlow(Responses):
         except Exception:
             return
         self.playback.acknowledge(command)
-
-    def on_delete_item(self, command: cmd.DeleteItem) -> None:
-        if not self.session.items.delete(command.item_id):
-            self.out.error(
-                "item_not_found", f"Unknown item: {command.item_id}", event_id=command.event_id
-            )
-            return
-        self.out.item_deleted(command.item_id)
-
-    def on_retrieve_item(self, command: cmd.RetrieveItem) -> None:
-        item = self.session.items.snapshot(command.item_id)
-        if item is None:
-            self.out.error(
-                "item_not_found", f"Unknown item: {command.item_id}", event_id=command.event_id
-            )
-            return
-        self.out.item_retrieved(item)
-
-    def on_truncate_item(self, command: cmd.TruncateItem) -> None:
-        if self.playback.stops_at(command):
-            # The client stopped playing the response still going out at audio_end_ms:
-            # the rest will not be heard. Cut it there.
-            self.cancel("client_cancelled")
-            return
-        self.playback.truncate(command)
 
 
 _EMPTY = np.zeros(0, dtype=np.float32)

@@ -34,6 +34,7 @@ from .context import (
     StageOutputItem,
     StageRequests,
 )
+from .conversation import ItemCommands
 from .emitter import SessionEmitter
 from .input_budget import InputAudioBudget, held_input_samples
 from .input_flow import InputFlow
@@ -108,6 +109,7 @@ class DuplexSessionRunner:
         self.responses = ResponseFlow(ctx, max_unplayed_output_bytes=max_unplayed_output_bytes)
         self.inputs = InputFlow(ctx, max_turn_s=max_input_turn_s, audio_hold=self._input_audio)
         self.live = LiveTranscription(ctx)
+        self.items = ItemCommands(session, self.out)
         ctx.bind(inputs=self.inputs, responses=self.responses, transcripts=self.live)
         self._handlers = self._build_handlers()
 
@@ -230,7 +232,8 @@ class DuplexSessionRunner:
         """The command table, built once per session. Commands that refer to the input
         before them (a commit, text, a response.create, an update) wait for the appends
         still being decoded."""
-        inputs, responses, after = self.inputs, self.responses, self._input_tail.after
+        inputs, responses, items = self.inputs, self.responses, self.items
+        after = self._input_tail.after
         release = self._admission.release
         return {
             cmd.AppendAudio: inputs.on_append,
@@ -245,10 +248,10 @@ class DuplexSessionRunner:
             cmd.AckPlayback: responses.on_playback_ack,
             cmd.Heartbeat: self._on_heartbeat,
             cmd.UpdateSession: lambda c: after(lambda: inputs.on_session_update(c)),
-            cmd.CreateItem: lambda c: after(lambda: inputs.on_create_item(c)),
-            cmd.DeleteItem: responses.on_delete_item,
-            cmd.TruncateItem: responses.on_truncate_item,
-            cmd.RetrieveItem: responses.on_retrieve_item,
+            cmd.CreateItem: lambda c: after(lambda: items.create(c)),
+            cmd.DeleteItem: items.delete,
+            cmd.TruncateItem: self._on_truncate_item,
+            cmd.RetrieveItem: items.retrieve,
             cmd.SignalTurn: self._on_signal_turn,
         }
 
@@ -264,6 +267,14 @@ class DuplexSessionRunner:
             )
             return
         responses.on_cancel_response(command)
+
+    def _on_truncate_item(self, command: cmd.TruncateItem) -> None:
+        if self.playback.stops_at(command):
+            # The client stopped playing the response still going out at audio_end_ms:
+            # the rest will not be heard. Cut it there.
+            self.responses.cancel("client_cancelled")
+            return
+        self.items.truncate(command)
 
     def _on_signal_turn(self, command: cmd.SignalTurn) -> None:
         """``turn.signal`` with ``barge_in`` is a barge-in; any other event is a relabel."""

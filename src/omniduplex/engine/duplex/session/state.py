@@ -18,7 +18,7 @@ import numpy as np
 from ..capabilities import DuplexCapabilities
 from ..contracts import DuplexFence
 from .arrival_jitter import ArrivalJitter
-from .history import ConversationStore
+from .conversation import ConversationStore
 from .lease import DuplexLeaseState
 
 # ``response.usage`` counts one audio token per started stretch of this many ms.
