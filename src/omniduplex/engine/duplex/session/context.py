@@ -5,29 +5,27 @@ session updates), ``ResponseFlow`` (responses, cancels, playback) and
 ``LiveTranscription`` (transcribing the user while they speak). None of them sees the
 runner. Each gets a ``SessionContext``: the session it may change (on the orchestrator
 loop, inside a mailbox step of its runner), the emitter, the plugin, the clock and the
-thread pool, the session's stage requests, its input tail and its admission
-reservations, and its peers through the three small interfaces below (``Inputs``,
-``Responses``, ``Transcripts``), so the part modules import this module and not each
-other.
+thread pool, the session's stage requests, its input tail, its admission reservations
+and its playback, and ``tell``: what concerns another part goes to the runner as a
+``part_events`` event, and the runner alone acts on it. ``InputFlow`` holds the session's
+``LiveTranscription`` (the transcription of its input), so no part calls a peer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from ....protocol.duplex import commands as cmd
 from ..contracts import SessionStages, StageSubmission
 
 if TYPE_CHECKING:
-    from ..plugin import DuplexModelPlugin, ModelInputTranscript, ResponseRequest
+    from ..plugin import DuplexModelPlugin
     from .emitter import SessionEmitter
+    from .part_events import PartEvent
     from .playback import Playback
     from .state import DuplexEngineSession
 
@@ -47,63 +45,6 @@ class StageOutputItem:
     to_owner: bool = False
 
 
-# ---- the peers ---------------------------------------------------------------------
-
-
-class Inputs(ABC):
-    """What the other parts ask of the session's input."""
-
-    @abstractmethod
-    def drop_input(self) -> bool:
-        """Forget buffered and in-flight input; True if there was any."""
-
-    @abstractmethod
-    def promote_deferred(self, audio: np.ndarray) -> None:
-        """Answer the turn (its ``audio``) committed while a response was active."""
-
-    @abstractmethod
-    def on_model_transcript(
-        self, result: ModelInputTranscript, *, request_id: str | None = None
-    ) -> None:
-        """A model reported a final transcript of user input."""
-
-
-class Responses(ABC):
-    """What the other parts ask of the session's responses."""
-
-    @abstractmethod
-    def start(
-        self, *, options: dict[str, Any] | None = None, carried_by: str | None = None
-    ) -> None:
-        """Open a response for the committed input; ``carried_by``: the stage request
-        that already holds the committed turn (live transcription)."""
-
-    @abstractmethod
-    def preview_request(self) -> ResponseRequest | None:
-        """The request a response to the turn being spoken would get if server VAD
-        committed it now (``None`` when the commit would start no response)."""
-
-    @abstractmethod
-    def cancel(self, reason: str, *, clear_output: bool = False) -> bool:
-        """Cancel the active response; False when none is active."""
-
-    @abstractmethod
-    def talked_over(self, reason: str) -> bool:
-        """The user started speaking over the assistant: stop what they have not heard
-        (the active response, or the last one's audio still playing out). False when
-        nothing was playing."""
-
-    @abstractmethod
-    def hold_playout(self) -> bool:
-        """Speech started over the active response and is not yet judged (a backchannel
-        or an interruption): release none of its audio until ``resume_playout`` or a
-        cancel. False when no response is active (nothing to hold)."""
-
-    @abstractmethod
-    def resume_playout(self) -> None:
-        """The held speech was a backchannel: the response plays on where it paused."""
-
-
 @dataclass(frozen=True, slots=True)
 class FinalTranscript:
     """The final transcript of a committed utterance: its user item and the delta that
@@ -111,44 +52,6 @@ class FinalTranscript:
 
     item_id: str
     delta: str
-
-
-class Transcripts(ABC):
-    """What the other parts ask of live transcription."""
-
-    @abstractmethod
-    def begin(self, item_id: str, start_sample: int) -> None:
-        """Speech started at ``start_sample`` of the turn's audio."""
-
-    @abstractmethod
-    def feed(self, samples: np.ndarray) -> None:
-        """More of the turn's audio (already in the turn) while the user speaks."""
-
-    @abstractmethod
-    def abort(self) -> None:
-        """Forget the utterance being spoken."""
-
-    @abstractmethod
-    def hand_over(self) -> str | None:
-        """The stage request of the committed utterance, for the response that answers
-        it; None: the response gets the turn's audio instead."""
-
-    @abstractmethod
-    def finish_transcript_only(self) -> None:
-        """The committed utterance gets no response now: close it for its transcript."""
-
-    @abstractmethod
-    def take_final(self, request_id: str, transcript: str) -> FinalTranscript | None:
-        """The utterance whose request reported ``transcript`` as final, if one is owed."""
-
-    @abstractmethod
-    def forget(self, request_ids: list[str]) -> None:
-        """A response ended: utterances its requests carried will report nothing more."""
-
-    def heard(self) -> tuple[int, str] | None:
-        """The utterance being spoken: how many hypotheses came back so far and the last
-        one (``None``: nothing is transcribed while the user speaks)."""
-        return None
 
 
 # ---- what the runner owns and lends ---------------------------------------------------
@@ -325,16 +228,9 @@ class InputTail:
 
 
 class SessionContext:
-    """Everything a part of the runner may use; built by the runner, one per session.
-
-    The peers (``inputs``, ``responses``, ``transcripts``) are bound once, by the runner,
-    after it has built the parts (each part needs the others).
-    """
+    """Everything a part of the runner may use; built by the runner, one per session."""
 
     __slots__ = (
-        "_inputs",
-        "_responses",
-        "_transcripts",
         "admission",
         "clock",
         "input_tail",
@@ -344,6 +240,7 @@ class SessionContext:
         "plugin",
         "session",
         "stage",
+        "tell",
     )
 
     def __init__(
@@ -358,6 +255,7 @@ class SessionContext:
         input_tail: InputTail,
         admission: Admission,
         playback: Playback,
+        tell: Callable[[PartEvent], None],
     ) -> None:
         self.session = session
         self.out = out
@@ -369,27 +267,5 @@ class SessionContext:
         self.admission = admission
         # What the user heard: the session's outgoing audio and its cursors.
         self.playback = playback
-        self._inputs: Inputs | None = None
-        self._responses: Responses | None = None
-        self._transcripts: Transcripts | None = None
-
-    def bind(self, *, inputs: Inputs, responses: Responses, transcripts: Transcripts) -> None:
-        self._inputs, self._responses, self._transcripts = inputs, responses, transcripts
-
-    @property
-    def inputs(self) -> Inputs:
-        if self._inputs is None:
-            raise RuntimeError("SessionContext.bind was not called")
-        return self._inputs
-
-    @property
-    def responses(self) -> Responses:
-        if self._responses is None:
-            raise RuntimeError("SessionContext.bind was not called")
-        return self._responses
-
-    @property
-    def transcripts(self) -> Transcripts:
-        if self._transcripts is None:
-            raise RuntimeError("SessionContext.bind was not called")
-        return self._transcripts
+        # The runner, for what concerns another part (``part_events``).
+        self.tell = tell

@@ -29,10 +29,12 @@ from ....protocol.duplex import commands as cmd
 from ..contracts import StageSubmission
 from ..plugin import DuplexRuntimeConfigError, ModelInputTranscript
 from ..settings import SessionSettings
-from .context import Inputs, SessionContext
+from .context import SessionContext
 from .conversation import StoredItem
 from .input_budget import AppendReservation, InputAudioBudget, InputAudioHold
 from .lease import LeaseActivity
+from .live_transcript import LiveTranscription
+from .part_events import AnswerTurn, HoldReply, ResumeReply, TalkedOver
 from .state import SIGNAL_STEPS, InputTurn, TurnStep, new_item_id
 from .turn_detection import TurnDetector, TurnEvent
 
@@ -63,7 +65,7 @@ class _HeldSpeech:
     onset_ms: int  # the speech's own onset (the session's input clock)
 
 
-class InputFlow(Inputs):
+class InputFlow:
     """The runner's part that takes the user's input: it owns the input audio clock, the
     resampler and the server turn detector of its session."""
 
@@ -73,10 +75,13 @@ class InputFlow(Inputs):
         *,
         max_turn_s: float | None = None,
         audio_hold: InputAudioHold | None = None,
+        live: LiveTranscription,
     ) -> None:
         self.ctx = ctx
         self.session = ctx.session
         self.out = ctx.out
+        # The transcription of this input while the user speaks.
+        self.live = live
         plugin = ctx.plugin
         rate = plugin.input_sample_rate_hz
         self.rate_hz = rate
@@ -135,7 +140,7 @@ class InputFlow(Inputs):
             if detector is None:
                 return _DecodedAppend(samples)
             was_speaking = detector.speaking
-            detector.words = self.ctx.transcripts.heard()
+            detector.words = self.live.heard()
             events = detector.process(samples)
             return _DecodedAppend(
                 samples,
@@ -259,7 +264,7 @@ class InputFlow(Inputs):
         assert detector is not None
         samples = decoded.samples
         turn = self.session.input
-        live = self.ctx.transcripts
+        live = self.live
         if decoded.was_speaking:
             turn.speech_samples += samples.size
             live.feed(samples)
@@ -277,7 +282,8 @@ class InputFlow(Inputs):
                     self._held = _HeldSpeech(onset_ms)
                     # Pause the reply now, not once judged: an interruption then stops
                     # within what the client holds, a backchannel resumes it losing nothing.
-                    if self.ctx.responses.hold_playout():
+                    if self.session.response is not None:
+                        self.ctx.tell(HoldReply())
                         self.out.overlap_decision(settings.overlap_policy, "pause", "held_speech")
                     continue
                 self._announce_speech()
@@ -291,7 +297,9 @@ class InputFlow(Inputs):
                 turn.speech_active = False
                 self.out.speech_stopped(event.audio_ms, turn.item_id)
                 create = settings.turn_detection.get("create_response", True)
-                self.commit(create_response=bool(create), event_id=None, vad=True)
+                answer = self.commit(create_response=bool(create), event_id=None, vad=True)
+                if answer is not None:
+                    self.ctx.tell(answer)
         for decision in detector.resolved_decisions():
             self.out.turn_decision(decision)
         if (
@@ -317,12 +325,10 @@ class InputFlow(Inputs):
                 "barge_in",
                 "speech_beyond_backchannel" if held else "server_vad_speech_started",
             )
-            self.ctx.responses.talked_over("turn_detected")
+            self.ctx.tell(TalkedOver("turn_detected"))
         turn_start = self._position - turn.samples
         assert turn.item_id is not None
-        self.ctx.transcripts.begin(
-            turn.item_id, turn.audio_start_ms * self.rate_hz // 1000 - turn_start
-        )
+        self.live.begin(turn.item_id, turn.audio_start_ms * self.rate_hz // 1000 - turn_start)
 
     def _ignore_backchannel(self) -> None:
         """Held speech ended within ``backchannel_max_ms``: a backchannel. The reply goes
@@ -333,9 +339,9 @@ class InputFlow(Inputs):
         with self._input_lock:
             if self.turns is not None:
                 self.turns.reset(self._position)
-        self.ctx.transcripts.abort()
+        self.live.abort()
         self.out.overlap_decision(session.settings.overlap_policy, "ignore", "backchannel")
-        self.ctx.responses.resume_playout()
+        self.ctx.tell(ResumeReply())
 
     def _forget_old_silence(self, turn: InputTurn, padding_ms: int) -> None:
         """Under server VAD a turn starts at most ``prefix_padding_ms`` before its speech,
@@ -364,7 +370,7 @@ class InputFlow(Inputs):
             self.out.overlap_decision(settings.overlap_policy, "listen", "barge_in_unsupported")
             return
         self.out.overlap_decision(settings.overlap_policy, "barge_in", "barge_in_on_speech")
-        self.ctx.responses.talked_over("barge_in")
+        self.ctx.tell(TalkedOver("barge_in"))
 
     def _stream(self, samples: np.ndarray) -> None:
         """Model-native plugins get every whole unit of input as it arrives."""
@@ -381,14 +387,15 @@ class InputFlow(Inputs):
 
     # ---- commit --------------------------------------------------------------------
 
-    def on_commit(self, command: cmd.Commit) -> None:
+    def on_commit(self, command: cmd.Commit) -> AnswerTurn | None:
+        """The client commits its turn; returns the response to start, if one is due."""
         self.ctx.admission.release(command)
         create_response = command.create_response
         if command.auto_response is False and create_response is None:
             create_response = False
         elif command.auto_response is None and self.session.settings.auto_response:
             create_response = True
-        self.commit(
+        return self.commit(
             create_response=create_response,
             event_id=command.event_id,
             is_speech=command.is_speech,
@@ -401,7 +408,9 @@ class InputFlow(Inputs):
         event_id: str | None,
         is_speech: bool | None = None,
         vad: bool = False,
-    ) -> None:
+    ) -> AnswerTurn | None:
+        """Commit the turn as a user item; returns the response that answers it when one
+        is due now (the caller has the runner start it)."""
         session = self.session
         settings = session.settings
         turn = session.input
@@ -414,7 +423,7 @@ class InputFlow(Inputs):
             self._position += tail.size
             turn.chunks.append(tail)
             turn.samples += tail.size
-            self.ctx.transcripts.feed(tail)
+            self.live.feed(tail)
             if self.turns is None and rms(tail) >= settings.overlap_silence_rms:
                 turn.speech_samples += tail.size
                 if not turn.speech_active and turn.appended and is_speech is not False:
@@ -429,7 +438,7 @@ class InputFlow(Inputs):
                 "Expected at least 1 sample of audio, but the buffer is empty.",
                 event_id=event_id,
             )
-            return
+            return None
         speech = turn.has_speech if is_speech is None else is_speech
         item_id = turn.item_id or new_item_id()
         if turn.speech_active and not vad:
@@ -450,7 +459,7 @@ class InputFlow(Inputs):
         session.input = InputTurn()
         if self._held is not None:
             self._held = None
-            self.ctx.responses.resume_playout()  # judged by the client's commit instead
+            self.ctx.tell(ResumeReply())  # judged by the client's commit instead
         if self.turns is not None:
             with self._input_lock:
                 self.turns.reset(self._position)
@@ -458,37 +467,31 @@ class InputFlow(Inputs):
         session.commit_seq += 1
         session.advance(TurnStep.USER_COMMIT)
         self.out.user_item_committed(item, previous, transcript if speech else "")
-        live = self.ctx.transcripts
+        live = self.live
         if not speech:
             live.abort()
             self.out.listen("silence_or_noise", None)
-            return
+            return None
         if create_response is None:
             create_response = bool(settings.auto_response)
         if not create_response:
             live.finish_transcript_only()
             session.committed_input = audio
-            return
+            return None
         if session.response is not None:
             overlap_ms = audio.size * 1000 // self.rate_hz
             if overlap_ms <= settings.overlap_short_ack_ms:
                 live.abort()
                 self.out.overlap_decision(settings.overlap_policy, "drop", "short_ack")
-                return
+                return None
             live.finish_transcript_only()
             session.deferred_commit = audio
             self.out.overlap_decision(
                 settings.overlap_policy, "listen", "accumulating_overlap_speech"
             )
-            return
+            return None
         session.committed_input = audio
-        self.ctx.responses.start(carried_by=live.hand_over())
-
-    def promote_deferred(self, audio: np.ndarray) -> None:
-        """The response that was active when this turn was committed has ended: answer
-        the turn now."""
-        self.session.committed_input = audio
-        self.ctx.responses.start()
+        return AnswerTurn(carried_by=live.hand_over())
 
     # ---- clear / cancel input ----------------------------------------------------------
 
@@ -496,7 +499,7 @@ class InputFlow(Inputs):
         held = self._held is not None
         self.drop_input()
         if held:
-            self.ctx.responses.resume_playout()  # the held speech is gone, not a turn
+            self.ctx.tell(ResumeReply())  # the held speech is gone, not a turn
         self.out.input_cleared()
 
     def drop_input(self) -> bool:
@@ -513,7 +516,7 @@ class InputFlow(Inputs):
             self._converter.reset()
             if self.turns is not None:
                 self.turns.reset(self._position)
-        self.ctx.transcripts.abort()
+        self.live.abort()
         return had
 
     # ---- text and items ------------------------------------------------------------------
@@ -529,7 +532,7 @@ class InputFlow(Inputs):
             return
         self._add_user_text(command.text)
         if session.response is None:
-            self.ctx.responses.start()
+            self.ctx.tell(AnswerTurn())
 
     def _add_user_text(self, text: str) -> None:
         item = {
@@ -596,9 +599,9 @@ class InputFlow(Inputs):
             )
             if self._held is not None:
                 self._held = None
-                self.ctx.responses.resume_playout()
+                self.ctx.tell(ResumeReply())
             if self.turns is None or not self.turns.speaking:
-                self.ctx.transcripts.abort()
+                self.live.abort()
         self.out.session_updated()
 
     def on_signal_turn(self, command: cmd.SignalTurn) -> None:
@@ -616,7 +619,7 @@ class InputFlow(Inputs):
         user item. One already reported for that item is not reported again."""
         if not result.final or not result.text:
             return
-        final = self.ctx.transcripts.take_final(request_id, result.text) if request_id else None
+        final = self.live.take_final(request_id, result.text) if request_id else None
         target = None
         for stored in self.session.items:
             if stored.item.get("role") != "user":

@@ -19,14 +19,16 @@ all its audio so far: nothing of a cancelled epoch is used after its terminal ev
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..contracts import DuplexFence, StageSubmission, stage_request_id
-from ..plugin import ModelError, ModelInputTranscript
-from .context import FinalTranscript, SessionContext, StageOutputItem, Transcripts
+from ..plugin import ModelError, ModelInputTranscript, ResponseRequest
+from .context import FinalTranscript, SessionContext, StageOutputItem
+from .part_events import InputTranscribed
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +92,16 @@ class Utterance:
         return -1 if self.fence is None else self.fence.epoch
 
 
-class LiveTranscription(Transcripts):
+class LiveTranscription:
     """The runner's part that transcribes the user while they speak (a no-op for plugins
     that do not ``transcribes_while_speaking``, and for model-native ones)."""
 
-    def __init__(self, ctx: SessionContext) -> None:
+    def __init__(
+        self, ctx: SessionContext, *, preview: Callable[[], ResponseRequest | None]
+    ) -> None:
         self.ctx = ctx
+        # The request the response to the turn being spoken would get (drafting plugins).
+        self._preview = preview
         self.session = ctx.session
         self.out = ctx.out
         plugin = ctx.plugin
@@ -196,7 +202,7 @@ class LiveTranscription(Transcripts):
         for result in self.ctx.plugin.data_plane.project(item.data):
             if isinstance(result, ModelInputTranscript):
                 if result.final:
-                    self.ctx.inputs.on_model_transcript(result, request_id=item.request_id)
+                    self.ctx.tell(InputTranscribed(result, item.request_id))
                 else:
                     self._partial(utterance, result.text)
             elif isinstance(result, ModelError):
@@ -247,7 +253,7 @@ class LiveTranscription(Transcripts):
             # the signature they were written against).
             extra: dict[str, Any] = {}
             if opening and plugin.drafts_replies:
-                extra["preview"] = self.ctx.responses.preview_request()
+                extra["preview"] = self._preview()
             data = plugin.plan_utterance_audio(
                 self.session.model_state, samples, opening=opening, **extra
             )

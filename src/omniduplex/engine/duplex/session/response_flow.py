@@ -38,9 +38,10 @@ from ..plugin import (
     ResponseRequest,
 )
 from ..settings import check_tool_choice, check_tools
-from .context import Responses, SessionContext, StageOutputItem
+from .context import SessionContext, StageOutputItem
 from .conversation import StoredItem
 from .lease import LeaseActivity
+from .part_events import InputTranscribed, ResponseEnded
 from .playout import AudioUnit
 from .state import (
     ActiveResponse,
@@ -64,7 +65,7 @@ _OPTION_FLAGS = {
 }
 
 
-class ResponseFlow(Responses):
+class ResponseFlow:
     """The runner's part that runs the session's responses, one active at a time."""
 
     def __init__(self, ctx: SessionContext, *, max_unplayed_output_bytes: int) -> None:
@@ -288,7 +289,7 @@ class ResponseFlow(Responses):
                 response.speak_emitted = True
                 self.out.speak(response)
         elif isinstance(result, ModelInputTranscript):
-            self.ctx.inputs.on_model_transcript(result, request_id=request_id)
+            self.ctx.tell(InputTranscribed(result, request_id))
         elif isinstance(result, ModelError):
             self.fail(result.code, result.message)
         elif isinstance(result, ModelToolCall) and response is not None:
@@ -480,13 +481,15 @@ class ResponseFlow(Responses):
             self._store_assistant_item(response, status, transcript)
         session.advance(TurnStep.RESPONSE_END)
         self.playback.response_ended(response, status)
-        self.ctx.transcripts.forget(response.request_ids)
+        self.ctx.tell(ResponseEnded(tuple(response.request_ids)))
         if status == "completed":
             session.turn_id += 1
         deferred = session.deferred_commit
         if deferred is not None and status != "failed":
+            # The turn committed while this response was active is answered now.
             session.deferred_commit = None
-            self.ctx.inputs.promote_deferred(deferred)
+            session.committed_input = deferred
+            self.start()
 
     def _store_assistant_item(self, response: ActiveResponse, status: str, transcript: str) -> None:
         settings = self.session.settings
@@ -547,21 +550,10 @@ class ResponseFlow(Responses):
             return  # the last response's audio still playing out: cut, and cleared said
         self.out.output_audio_cleared(command.response_id or self.session.last_response_id)
 
-    def on_barge_in(self, command: Any) -> None:
+    def barge_in(self, reason: str, *, had_input: bool) -> None:
+        """Cancel the active response (the runner dropped the input in flight first,
+        ``had_input``: there was some); every cancel is answered."""
         session = self.session
-        if isinstance(command, cmd.BargeIn) and not session.capabilities.supports_barge_in:
-            self.out.error(
-                "barge_in_unsupported",
-                "this model yields by itself; barge_in is not supported",
-                event_id=command.event_id,
-            )
-            return
-        self.barge_in("barge_in")
-
-    def barge_in(self, reason: str) -> None:
-        """Cancel input in flight and the active response; every cancel is answered."""
-        session = self.session
-        had_input = self.ctx.inputs.drop_input()
         if not self.cancel(reason):
             self.playback.cut_played_out()
             session.advance_epoch()

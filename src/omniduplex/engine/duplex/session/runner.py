@@ -40,6 +40,15 @@ from .input_budget import InputAudioBudget, held_input_samples
 from .input_flow import InputFlow
 from .lease import LeaseActivity
 from .live_transcript import LiveTranscription
+from .part_events import (
+    AnswerTurn,
+    HoldReply,
+    InputTranscribed,
+    PartEvent,
+    ResponseEnded,
+    ResumeReply,
+    TalkedOver,
+)
 from .playback import Playback
 from .response_flow import ResponseFlow
 from .state import DuplexEngineSession, SessionState
@@ -62,8 +71,9 @@ PLAYOUT_DUE = PlayoutDue()
 
 class DuplexSessionRunner:
     """Owns one ``DuplexEngineSession`` and is the only code that mutates it: itself, and
-    the parts it builds (input, responses, live transcription), each through the one
-    ``SessionContext`` it lends them."""
+    the parts it builds (input, responses, playback, items, live transcription), each
+    through the one ``SessionContext`` it lends them. It alone coordinates them: a part
+    returns or tells it what concerns another (``part_events``), and it acts."""
 
     def __init__(
         self,
@@ -105,12 +115,14 @@ class DuplexSessionRunner:
             input_tail=self._input_tail,
             admission=self._admission,
             playback=self.playback,
+            tell=self._on_part_event,
         )
         self.responses = ResponseFlow(ctx, max_unplayed_output_bytes=max_unplayed_output_bytes)
-        self.inputs = InputFlow(ctx, max_turn_s=max_input_turn_s, audio_hold=self._input_audio)
-        self.live = LiveTranscription(ctx)
+        self.live = LiveTranscription(ctx, preview=self.responses.preview_request)
+        self.inputs = InputFlow(
+            ctx, max_turn_s=max_input_turn_s, audio_hold=self._input_audio, live=self.live
+        )
         self.items = ItemCommands(session, self.out)
-        ctx.bind(inputs=self.inputs, responses=self.responses, transcripts=self.live)
         self._handlers = self._build_handlers()
 
     # ---- lifecycle -------------------------------------------------------------
@@ -237,14 +249,16 @@ class DuplexSessionRunner:
         release = self._admission.release
         return {
             cmd.AppendAudio: inputs.on_append,
-            cmd.Commit: lambda c: after(lambda: inputs.on_commit(c), on_skip=lambda: release(c)),
+            cmd.Commit: lambda c: after(
+                lambda: self._answer(inputs.on_commit(c)), on_skip=lambda: release(c)
+            ),
             cmd.ClearInput: inputs.on_clear,
             cmd.AppendText: lambda c: after(lambda: inputs.on_append_text(c)),
             cmd.CreateResponse: lambda c: after(lambda: responses.on_create(c)),
             cmd.CancelResponse: self._on_cancel_response,
             cmd.ClearOutputAudio: responses.on_clear_output,
-            cmd.CancelInput: responses.on_barge_in,
-            cmd.BargeIn: responses.on_barge_in,
+            cmd.CancelInput: self._on_barge_in,
+            cmd.BargeIn: self._on_barge_in,
             cmd.AckPlayback: responses.on_playback_ack,
             cmd.Heartbeat: self._on_heartbeat,
             cmd.UpdateSession: lambda c: after(lambda: inputs.on_session_update(c)),
@@ -268,6 +282,18 @@ class DuplexSessionRunner:
             return
         responses.on_cancel_response(command)
 
+    def _on_barge_in(self, command: cmd.BargeIn | cmd.CancelInput) -> None:
+        """Cancel input in flight and the active response; every cancel is answered."""
+        if isinstance(command, cmd.BargeIn) and not self.session.capabilities.supports_barge_in:
+            self.out.error(
+                "barge_in_unsupported",
+                "this model yields by itself; barge_in is not supported",
+                event_id=command.event_id,
+            )
+            return
+        had_input = self.inputs.drop_input()
+        self.responses.barge_in("barge_in", had_input=had_input)
+
     def _on_truncate_item(self, command: cmd.TruncateItem) -> None:
         if self.playback.stops_at(command):
             # The client stopped playing the response still going out at audio_end_ms:
@@ -279,7 +305,7 @@ class DuplexSessionRunner:
     def _on_signal_turn(self, command: cmd.SignalTurn) -> None:
         """``turn.signal`` with ``barge_in`` is a barge-in; any other event is a relabel."""
         if command.event == "barge_in":
-            self.responses.on_barge_in(cmd.BargeIn(event_id=command.event_id))
+            self._on_barge_in(cmd.BargeIn(event_id=command.event_id))
             return
         self.inputs.on_signal_turn(command)
 
@@ -290,6 +316,27 @@ class DuplexSessionRunner:
             self.out.error("runtime_touch_failed", str(exc), event_id=command.event_id)
             return
         self.out.heartbeat_ack()
+
+    # ---- what the parts tell ---------------------------------------------------------
+
+    def _answer(self, answer: AnswerTurn | None) -> None:
+        if answer is not None:
+            self.responses.start(carried_by=answer.carried_by)
+
+    def _on_part_event(self, event: PartEvent) -> None:
+        """Act on what one part saw that concerns another (``part_events``)."""
+        if isinstance(event, TalkedOver):
+            self.responses.talked_over(event.reason)
+        elif isinstance(event, AnswerTurn):
+            self._answer(event)
+        elif isinstance(event, HoldReply):
+            self.responses.hold_playout()
+        elif isinstance(event, ResumeReply):
+            self.responses.resume_playout()
+        elif isinstance(event, InputTranscribed):
+            self.inputs.on_model_transcript(event.result, request_id=event.request_id)
+        elif isinstance(event, ResponseEnded):
+            self.live.forget(list(event.request_ids))
 
     # ---- the playout timer ---------------------------------------------------------
 
