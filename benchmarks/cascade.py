@@ -65,7 +65,7 @@ from omniduplex.entrypoints.cli import uvicorn_config
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
 from omniduplex.entrypoints.openai.api_server import build_app
 from omniduplex.model_executor.models.cascade.asr import AsrStageModel
-from omniduplex.model_executor.models.cascade.responder import ResponderStageModel
+from omniduplex.model_executor.models.cascade.responder_stage import ResponderStageModel
 from omniduplex.model_executor.models.cascade.synthetic import pcm16, say
 from omniduplex.model_executor.models.cascade.tts_stage import TtsStageModel
 from omniduplex.model_executor.models.cascade.vad import SileroClassifier

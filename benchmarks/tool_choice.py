@@ -155,7 +155,7 @@ def _speed(model: Any) -> dict[str, float]:
 
 
 def _rules(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from omniduplex.model_executor.models.cascade.responder import RuleResponder
+    from omniduplex.model_executor.models.cascade.rule_responder import RuleResponder
 
     rules = RuleResponder()
     out = []

@@ -23,7 +23,7 @@ from omniduplex.config.pipeline import load_deploy_config
 from omniduplex.engine.stage import StageInput
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
 from omniduplex.model_executor.models.cascade.asr import AsrStageModel
-from omniduplex.model_executor.models.cascade.responder import ResponderStageModel
+from omniduplex.model_executor.models.cascade.responder_stage import ResponderStageModel
 from omniduplex.model_executor.models.cascade.synthetic import say
 from omniduplex.model_executor.models.cascade.tts_stage import TtsStageModel
 from omniduplex.protocol.duplex import command_from_realtime

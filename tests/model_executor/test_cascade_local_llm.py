@@ -29,7 +29,7 @@ from omniduplex.model_executor.models.cascade.local_llm import (
 )
 from omniduplex.model_executor.models.cascade.options import CascadeOptions
 from omniduplex.model_executor.models.cascade.plugin import CascadeDuplexPlugin
-from omniduplex.model_executor.models.cascade.responder import ResponderStageModel
+from omniduplex.model_executor.models.cascade.responder_stage import ResponderStageModel
 from omniduplex.model_executor.models.cascade.spoken_text import SpokenText
 from omniduplex.model_executor.models.cascade.tts_stage import (
     TtsStageModel,

@@ -17,17 +17,14 @@ from omniduplex.model_executor.models.cascade.asr import (
     AsrStageModel,
     jsgf_for_sentences,
 )
+from omniduplex.model_executor.models.cascade.openai_chat import chat_messages
 from omniduplex.model_executor.models.cascade.options import CascadeOptions
 from omniduplex.model_executor.models.cascade.plugin import (
     CascadeDataPlane,
     CascadeDuplexPlugin,
 )
-from omniduplex.model_executor.models.cascade.responder import (
-    NOT_UNDERSTOOD,
-    ResponderStageModel,
-    RuleResponder,
-    chat_messages,
-)
+from omniduplex.model_executor.models.cascade.responder_stage import ResponderStageModel
+from omniduplex.model_executor.models.cascade.rule_responder import NOT_UNDERSTOOD, RuleResponder
 from omniduplex.model_executor.models.cascade.synthetic import noise, rms, say
 from omniduplex.model_executor.models.cascade.tts import EspeakVoice
 from omniduplex.model_executor.models.cascade.tts_stage import (

@@ -2,12 +2,10 @@
 
 ``responder: local`` streams a reply from the cascade's own small language model
 (``local_llm.py``); ``responder: openai`` streams one from any OpenAI-compatible
-``/chat/completions`` endpoint (``OpenAIChatResponder``). Either runs on a background thread
+``/chat/completions`` endpoint (``openai_chat.py``). Either runs on a background thread
 per request, and the stage hands out tokens as they arrive, markdown taken out
 (``SpokenText``: the words are spoken). A failing or silent model fails that response only
-(``responder_failed``). ``responder: rules`` (``RuleResponder``) is deterministic, for
-tests: it answers the time and the date, a few courtesies, and otherwise repeats what it
-understood (or says it did not understand).
+(``responder_failed``). ``responder: rules`` replies by rule (``rule_responder.py``).
 
 Outputs, in order, per request: the transcript (passed through for the session's user
 item), then reply text pieces (``kind: reply``), the last one ``final``; or one ``listen``
@@ -22,25 +20,16 @@ confirms the draft when it asks exactly what the draft asked (the same chat mess
 settings: ``_Reply.key``): its transcript goes out, then its end; otherwise the draft is
 stopped and the answer starts afresh behind a new marker. A draft is not made for a
 response that may call tools.
-
-The rule responder calls a declared tool when every word of its name (split at ``_`` and
-``-``) is among the user's words (``check_weather`` for "check the weather please"), or
-when ``tool_choice`` names it or is ``required`` (the first tool); its arguments give every
-string property the tool's schema declares the user's whole sentence. Asked to speak
-after a tool's output (the history ends with it), it speaks that output: a JSON object as
-its values, anything else as it is.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import queue
-import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,245 +38,17 @@ from omniduplex.engine.stage import StageInput, StageModel, StageOutput
 from .engines import responder_engine
 from .local_llm import LocalChatResponder
 from .local_tools import ToolCallPiece
+from .openai_chat import OpenAIChatResponder, ResponderError, chat_messages
 from .options import CascadeOptions
+from .rule_responder import NOT_UNDERSTOOD, RuleResponder
 from .spoken_text import SpokenText
 
-NOT_UNDERSTOOD = "Sorry, I did not understand that."
-# The rule responder's first words when asked to speak first, and when asked to speak
-# again with nothing new from the user.
-GREETING = "Hello! How can I help you?"
-ANYTHING_ELSE = "Is there anything else I can help you with?"
 # How often the idle stage looks for tokens a backend thread queued.
 _POLL_S = 0.005
 
 
-def _words(text: str) -> set[str]:
-    """The words of ``text``, lower case, without punctuation (Whisper writes it)."""
-    return set(re.findall(r"[a-z0-9]+", text.lower()))
-
-
 def new_call_id() -> str:
     return "call_" + os.urandom(12).hex()
-
-
-def _name_words(name: str) -> set[str]:
-    return {word for word in re.split(r"[_\-]+", name.lower()) if word}
-
-
-def _spoken_output(output: str) -> str:
-    """A tool's output as words: a JSON object's values, anything else as it is."""
-    try:
-        value = json.loads(output)
-    except ValueError:
-        return output.strip()
-    if isinstance(value, dict):
-        return ", ".join(str(v) for v in value.values())
-    return str(value)
-
-
-class RuleResponder:
-    """Rules, no model: same words in, same words out (``now`` pins the clock)."""
-
-    def __init__(self, now: Callable[[], dt.datetime] | None = None) -> None:
-        self._now = now or (lambda: dt.datetime.now().astimezone())
-
-    @classmethod
-    def from_options(cls, options: CascadeOptions) -> RuleResponder:
-        if options.responder_now:
-            fixed = dt.datetime.fromisoformat(options.responder_now)
-            return cls(now=lambda: fixed)
-        return cls()
-
-    def reply(self, heard: str) -> str:
-        text = " ".join(heard.split())
-        words = _words(text)
-        if not words:
-            return NOT_UNDERSTOOD
-        clock = self.clock_answer(text)
-        if clock is not None:
-            return clock
-        if "name" in words and "your" in words:
-            return "I am omniduplex, a voice assistant."
-        if words & {"thank", "thanks"}:
-            return "You're welcome."
-        if words & {"bye", "goodbye"}:
-            return "Goodbye!"
-        if words & {"hello", "hi", "hey"}:
-            return "Hello! How can I help you?"
-        return f"You said: {text.rstrip('.!?')}."
-
-    def clock_answer(self, heard: str) -> str | None:
-        """The time or the date, when ``heard`` asks for it (else ``None``)."""
-        words = _words(heard)
-        now = self._now()
-        if "time" in words and words & {"what", "tell", "the", "whats"}:
-            hour = now.hour % 12 or 12
-            return f"It is {hour}:{now.minute:02d} {'AM' if now.hour < 12 else 'PM'}."
-        if words & {"date", "day", "today"} and words & {"what", "which", "whats", "tell"}:
-            return f"Today is {now:%A}, {now:%B} {now.day}, {now.year}."
-        return None
-
-    def opening(self, history: Sequence[Mapping[str, Any]]) -> str:
-        """What to say with nothing new from the user: a tool's output just given, a
-        greeting, or an offer of more help."""
-        if history and history[-1].get("role") == "tool":
-            spoken = _spoken_output(str(history[-1].get("content") or ""))
-            return f"{spoken.rstrip('.')}." if spoken else ANYTHING_ELSE
-        spoke = any(message.get("role") == "assistant" for message in history)
-        return ANYTHING_ELSE if spoke else GREETING
-
-    def tool_call(
-        self, heard: str, tools: Sequence[Mapping[str, Any]], choice: Any
-    ) -> tuple[str, dict[str, Any]] | None:
-        """The tool to call for ``heard`` and its arguments, by the rule in the module
-        docstring; ``None`` to answer in words."""
-        if not tools or choice == "none":
-            return None
-        by_name = {str(tool.get("name")): tool for tool in tools}
-        chosen = None
-        if isinstance(choice, Mapping):
-            chosen = by_name.get(str(choice.get("name")))
-        if chosen is None:
-            words = _words(heard)
-            chosen = next((t for t in tools if _name_words(str(t.get("name"))) <= words), None)
-        if chosen is None and choice == "required":
-            chosen = tools[0]
-        if chosen is None:
-            return None
-        schema = chosen.get("parameters") if isinstance(chosen.get("parameters"), Mapping) else {}
-        properties = (
-            schema.get("properties") if isinstance(schema.get("properties"), Mapping) else {}
-        )
-        text = " ".join(heard.split())
-        arguments = {
-            key: text
-            for key, spec in properties.items()
-            if isinstance(spec, Mapping) and spec.get("type") == "string"
-        }
-        return str(chosen.get("name")), arguments
-
-
-class ResponderError(RuntimeError):
-    pass
-
-
-def chat_messages(
-    system_prompt: str, instructions: str | None, history: Sequence[Mapping[str, Any]], user: str
-) -> list[dict[str, Any]]:
-    """The session's instructions (or, when it set none, the deployment's system prompt),
-    history (function calls and their outputs included), then the user's turn. A client's
-    instructions replace the default prompt, as OpenAI's Realtime API does."""
-    system = instructions.strip() if instructions and instructions.strip() else system_prompt
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system.strip()}]
-    for message in history:
-        role = str(message.get("role", "user"))
-        content = str(message.get("content") or "")
-        if role == "assistant" and message.get("tool_calls"):
-            calls = [dict(call) for call in message["tool_calls"]]
-            messages.append({"role": "assistant", "content": content or None, "tool_calls": calls})
-        elif role == "tool":
-            call_id = str(message.get("tool_call_id") or "")
-            messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
-        elif role in ("user", "assistant", "system") and content:
-            messages.append({"role": role, "content": content})
-    last = messages[-1]
-    if user and not (last["role"] == "user" and str(last["content"]).strip() == user.strip()):
-        messages.append({"role": "user", "content": user})
-    return messages
-
-
-def chat_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Realtime function tools in chat completions' shape."""
-    out = []
-    for tool in tools:
-        function = {"name": tool.get("name")}
-        for key in ("description", "parameters"):
-            if tool.get(key) is not None:
-                function[key] = tool[key]
-        out.append({"type": "function", "function": function})
-    return out
-
-
-def chat_tool_choice(choice: Any) -> Any:
-    if isinstance(choice, Mapping):
-        return {"type": "function", "function": {"name": choice.get("name")}}
-    return choice
-
-
-class OpenAIChatResponder:
-    """Streams ``POST {llm_base_url}/chat/completions`` (SSE) and yields content deltas."""
-
-    def __init__(self, options: CascadeOptions) -> None:
-        self.base_url = str(options.llm_base_url or "").rstrip("/")
-        self.model = str(options.llm_model or "")
-        self.api_key = options.llm_api_key
-        self.timeout_s = float(options.llm_timeout_s)
-        self.max_tokens = options.llm_max_tokens
-
-    def stream(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        temperature: float | None,
-        max_tokens: int | None,
-        cancelled: threading.Event,
-        tools: Sequence[Mapping[str, Any]] = (),
-        tool_choice: Any = "auto",
-    ) -> Iterator[str | ToolCallPiece]:
-        """Content deltas (``str``) and function call pieces as the backend streams them."""
-        import httpx
-
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
-        if tools:
-            body["tools"] = chat_tools(tools)
-            body["tool_choice"] = chat_tool_choice(tool_choice)
-        if temperature is not None:
-            body["temperature"] = temperature
-        limit = max_tokens or self.max_tokens
-        if limit is not None:
-            body["max_tokens"] = limit
-        headers = {"Accept": "text/event-stream"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        url = f"{self.base_url}/chat/completions"
-        try:
-            with (
-                httpx.Client(timeout=httpx.Timeout(self.timeout_s)) as client,
-                client.stream("POST", url, json=body, headers=headers) as response,
-            ):
-                if response.status_code != 200:
-                    detail = response.read().decode("utf-8", "replace")[:200]
-                    raise ResponderError(f"chat backend answered {response.status_code}: {detail}")
-                for line in response.iter_lines():
-                    if cancelled.is_set():
-                        return
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        return
-                    try:
-                        chunk = json.loads(payload)
-                    except ValueError as exc:
-                        raise ResponderError(f"chat backend sent bad JSON: {payload[:80]}") from exc
-                    if isinstance(chunk, dict) and chunk.get("error"):
-                        raise ResponderError(f"chat backend error: {chunk['error']}")
-                    for choice in chunk.get("choices") or []:
-                        delta = choice.get("delta") or {}
-                        if delta.get("content"):
-                            yield str(delta["content"])
-                        for call in delta.get("tool_calls") or []:
-                            function = call.get("function") or {}
-                            yield ToolCallPiece(
-                                index=int(call.get("index") or 0),
-                                call_id=call.get("id"),
-                                name=function.get("name"),
-                                arguments=str(function.get("arguments") or ""),
-                            )
-        except httpx.TimeoutException as exc:
-            raise ResponderError(f"chat backend timed out after {self.timeout_s:g}s") from exc
-        except httpx.HTTPError as exc:
-            raise ResponderError(f"chat backend unreachable: {exc}") from exc
 
 
 @dataclass(slots=True)
