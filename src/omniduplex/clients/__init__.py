@@ -6,7 +6,8 @@
   (``ReconnectPolicy``, ``ConnectionResumed``), heartbeats and journal acks;
 * ``ResponseHandle``: one response's audio, transcript, decision and status;
 * ``EventCollector``: timing records and latency summaries for tests and benchmarks;
-* ``presets``: the session objects our own clients open sessions with;
+* ``presets``: the session objects our own clients open sessions with, built on
+  ``session_base.duplex_session``;
 * typed errors: ``DuplexClientError`` and its subclasses.
 
 This package depends only on ``omniduplex.protocol`` (and, for the network client,
@@ -28,8 +29,9 @@ from .events import (
     response_id_of,
 )
 from .inline_duplex import InlineDuplexClient
-from .presets import duplex_session, loopback_session
+from .presets import loopback_session
 from .reconnect import ReconnectPolicy
+from .session_base import duplex_session
 
 __all__ = [
     "ConnectionResumed",

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .presets import _merge as duplex_session_merge
-from .presets import duplex_session
+from .session_base import duplex_session, merge_overrides
 
 __all__ = ["MINICPMO_INPUT_RATE_HZ", "MINICPMO_OUTPUT_RATE_HZ", "create_duplex_session_config"]
 
@@ -52,4 +51,4 @@ def create_duplex_session_config(
     session = duplex_session(
         input_rate_hz=MINICPMO_INPUT_RATE_HZ, output_rate_hz=MINICPMO_OUTPUT_RATE_HZ, **base
     )
-    return duplex_session_merge(session, overrides)
+    return merge_overrides(session, overrides)
