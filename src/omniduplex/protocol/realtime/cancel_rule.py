@@ -26,23 +26,23 @@ _MEDIA_TYPES: Final = frozenset(
 )
 
 
-def _field(event: Any, name: str) -> Any:
+def _event_field(event: Any, name: str) -> Any:
     return event.get(name) if isinstance(event, Mapping) else getattr(event, name, None)
 
 
 def media_response_id(event: Any) -> str | None:
     """The response whose media ``event`` carries, or None for anything else."""
-    if _field(event, "type") not in _MEDIA_TYPES:
+    if _event_field(event, "type") not in _MEDIA_TYPES:
         return None
-    response_id = _field(event, "response_id")
+    response_id = _event_field(event, "response_id")
     return response_id if isinstance(response_id, str) else None
 
 
 def cancelled_response_id(event: Any) -> str | None:
     """The response ``event`` ends cancelled (its ``response.done``), or None."""
-    if _field(event, "type") != ResponseDone.type:
+    if _event_field(event, "type") != ResponseDone.type:
         return None
-    response = _field(event, "response")
+    response = _event_field(event, "response")
     if not isinstance(response, Mapping) or response.get("status") != "cancelled":
         return None
     response_id = response.get("id")
