@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import contextlib
 import dataclasses
 import json
 import os
@@ -47,9 +46,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from outbound_path import worktree
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
@@ -277,24 +277,6 @@ def trace(rounds: int, out: Path, show: bool) -> None:
 
 
 # ---- the comparison (runs in the parent) ----------------------------------------------
-
-
-@contextlib.contextmanager
-def worktree(revision: str) -> Iterator[Path]:
-    """A throwaway checkout of ``revision`` (the repository's own objects, no network)."""
-    folder = Path(tempfile.mkdtemp(prefix="omniduplex-paths-"))
-    subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(folder), revision],
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        yield folder
-    finally:
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(folder)], check=False
-        )
 
 
 def measure_tree(source: Path, rounds: int, show: bool) -> dict[str, Any]:
