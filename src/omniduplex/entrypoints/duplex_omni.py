@@ -227,7 +227,9 @@ class DuplexSessionHandle:
             self._terminal_queued = terminal
             self._consumer.on_event(event)
             return
-        self._outbox.drop_media_of(cancelled_response_id(event))
+        cancelled = cancelled_response_id(event)
+        if cancelled is not None:
+            self._outbox.drop_media_of(cancelled)
         if not terminal:
             if self.overflowed:
                 self.dropped_events += 1

@@ -161,9 +161,11 @@ class RealtimeOutbound:
     def send_event(self, rendered: dict[str, Any]) -> bool:
         """One event of the session's ordered stream (rendered, not yet numbered). A
         cancelled ``response.done`` drops that response's media still waiting."""
-        dropped = self._queue.drop_media_of(cancelled_response_id(rendered))
-        if dropped and self._on_dropped is not None:
-            self._on_dropped(dropped)
+        cancelled = cancelled_response_id(rendered)
+        if cancelled is not None:
+            dropped = self._queue.drop_media_of(cancelled)
+            if dropped and self._on_dropped is not None:
+                self._on_dropped(dropped)
         if self._replay_bytes and self._sequencer is not None:
             # Behind a replay still going out: numbered now, it waits as the journal's.
             data = self._sequencer(rendered)
