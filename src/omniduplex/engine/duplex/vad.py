@@ -14,9 +14,15 @@ import numpy as np
 
 
 class SpeechClassifier(ABC):
-    """Speech probability of one frame of float32 audio (``frame_ms`` long)."""
+    """Speech probability of one frame of float32 audio (``frame_ms`` long).
+
+    ``runs_a_model``: classifying costs model work (a neural VAD), so an append it
+    classifies is decoded in a pool thread; False only for arithmetic as cheap as the
+    loudness detector's, which lets a short append be taken on the session's loop.
+    """
 
     frame_ms: int = 20
+    runs_a_model: bool = True
 
     @abstractmethod
     def probability(self, frame: np.ndarray) -> float: ...
@@ -29,6 +35,7 @@ class EnergyClassifier(SpeechClassifier):
     """Loudness as probability: -28 dBFS RMS (0.04) and above reads as certain speech."""
 
     FULL_SCALE_RMS = 0.04
+    runs_a_model = False
 
     def probability(self, frame: np.ndarray) -> float:
         if frame.size == 0:

@@ -268,6 +268,12 @@ class TurnDetector:
     def _ms(self, samples: int) -> int:
         return int(samples * 1000 // self.rate_hz)
 
+    @property
+    def runs_a_model(self) -> bool:
+        """Whether processing audio may call a model (a neural classifier, or a
+        turn-completion model at a candidate end of speech)."""
+        return self.semantic is not None or self.classifier.runs_a_model
+
     def process(self, samples: np.ndarray) -> list[TurnEvent]:
         events: list[TurnEvent] = []
         buffer = np.concatenate((self._pending, samples)) if self._pending.size else samples
