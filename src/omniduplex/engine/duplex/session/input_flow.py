@@ -8,7 +8,7 @@ the session's input generation after the await, so input cancelled meanwhile is 
 and nothing of it reaches the conversation or a stage. A short append under loudness
 turn detection (or none), with no input task in flight, is taken on the loop at once:
 its decoding costs a fraction of the hop to a pool thread and back (a task, a future,
-a wake-up of the loop), which made up about 40 % of the server's CPU per event.
+a wake-up of the loop), which made up over a third of the server's CPU per event.
 
 An append is refused whole, before turn detection sees it, when it would take the turn
 past ``max_turn_s`` (``input_audio_buffer_full``) or the server's input audio past its
@@ -165,7 +165,9 @@ class InputFlow:
             return False
         return self.turns is None or not self.turns.runs_a_model
 
-    def _append_on_loop(self, command: cmd.AppendAudio, reservation: AppendReservation) -> None:
+    def _append_on_loop(
+        self, command: cmd.AppendAudio, reservation: AppendReservation, arrived_at: float
+    ) -> None:
         try:
             decoded = self._decode(command, self.session.input_generation, reservation)
         except RealtimeProtocolError as exc:
@@ -175,22 +177,30 @@ class InputFlow:
             self.ctx.admission.release(command)
         try:
             if decoded is not None:
-                arrival = decoded.samples.size / self.rate_hz
-                self.session.arrival_jitter.observe(self.ctx.clock(), arrival)
-                self._accept(decoded, command, reservation)
+                self._take(decoded, command, reservation, arrived_at)
         finally:
             self._hold.end(reservation, kept=False)  # a no-op once kept
+
+    def _take(
+        self,
+        decoded: _DecodedAppend,
+        command: cmd.AppendAudio,
+        reservation: AppendReservation,
+        arrived_at: float,
+    ) -> None:
+        self.session.arrival_jitter.observe(arrived_at, decoded.samples.size / self.rate_hz)
+        self._accept(decoded, command, reservation)
 
     def on_append(self, command: cmd.AppendAudio) -> None:
         session = self.session
         generation = session.input_generation
         ctx = self.ctx
+        # Stamped on receipt: a pool thread's delay in decoding is ours, not the client's.
+        arrived_at = ctx.clock()
         reservation = self._hold.begin()
         if self._takes_on_loop(command):
-            self._append_on_loop(command, reservation)
+            self._append_on_loop(command, reservation, arrived_at)
             return
-        # Stamped on receipt: decoding happens on a worker thread, whose delay is ours.
-        arrived_at = ctx.clock()
         released = False
 
         def release(_task: Any = None) -> None:
@@ -214,8 +224,7 @@ class InputFlow:
                 release()
             if decoded is None or not session.open or session.input_generation != generation:
                 return  # the input was cancelled while it was being decoded
-            session.arrival_jitter.observe(arrived_at, decoded.samples.size / self.rate_hz)
-            self._accept(decoded, command, reservation)
+            self._take(decoded, command, reservation, arrived_at)
 
         task = ctx.input_tail.track(work)
         task.add_done_callback(release)
