@@ -129,3 +129,22 @@ def test_an_unreachable_ray_head_is_one_line() -> None:
         port = probe.getsockname()[1]  # closed again: nothing listens there
     line = _error_line(_serve("loopback", "--ray", f"127.0.0.1:{port}"), CONFIG_ERROR_EXIT_CODE)
     assert "unreachable" in line and "ray start --head" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--replicas", "2", "--ray", "auto"), "--replicas starts replicas on this machine"),
+        (("--replicas", "0"), "--replicas must be at least 1, got 0"),
+    ],
+)
+def test_replicas_that_cannot_be_served_are_one_line(args: tuple[str, ...], says: str) -> None:
+    line = _error_line(_serve("loopback", "--port", "0", *args), CONFIG_ERROR_EXIT_CODE)
+    assert says in line
+
+
+def test_an_unknown_cluster_backend_names_the_known_ones(tmp_path: Path) -> None:
+    deploy = tmp_path / "cluster.yaml"
+    deploy.write_text("base_config: loopback.yaml\ncluster: {backend: threads, replicas: 2}\n")
+    line = _error_line(_serve(str(deploy), "--port", "0"), CONFIG_ERROR_EXIT_CODE)
+    assert "cluster.backend must be one of ray, processes" in line

@@ -296,7 +296,9 @@ def _filter_server_logs(log_filter: logging.Filter) -> None:
 
 
 def _build_server_app(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any]:
-    """The app that serves ``pipeline`` and, with ``--ray``, the cluster it fronts."""
+    """The app that serves ``pipeline`` and, with ``--ray``, the cluster it fronts (the
+    second value, stopped when the server ends); with ``--replicas``, the front door of
+    replicas in child processes."""
     from .async_omni import AsyncOmni
     from .duplex_omni import DuplexOmni
     from .openai.api_server import build_app
@@ -310,6 +312,21 @@ def _build_server_app(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any
     origins = OriginPolicy.for_bind(
         args.host, allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin
     )
+    replicas = _process_replicas(args, pipeline)
+    if replicas is not None:
+        from .cluster.app import build_cluster_app
+        from .cluster.processes import ProcessCluster
+
+        cluster = ProcessCluster(pipeline, replicas)
+        app = build_cluster_app(
+            cluster,
+            api_key=args.api_key,
+            model_name=model_name,
+            origins=origins,
+            on_startup=cluster.start,
+            on_shutdown=cluster.shutdown,
+        )
+        return app, None  # the app's lifespan starts and stops the child processes
     if args.ray is not None:
         if pipeline.session_mode != "duplex":
             raise StartupError(
@@ -341,6 +358,38 @@ def _build_server_app(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any
         origins=origins,
     )
     return app, None
+
+
+def _process_replicas(args: argparse.Namespace, pipeline: Any) -> int | None:
+    """How many child-process replicas to serve (``--replicas``, or the deploy YAML's
+    ``cluster: {backend: processes}``); ``None``: serve in this one process (or on Ray)."""
+    from .cluster.config import ClusterConfig
+
+    try:
+        config = ClusterConfig.from_mapping(pipeline.cluster) if pipeline.cluster else None
+    except ValueError as exc:
+        raise StartupError(str(exc), exit_code=CONFIG_ERROR_EXIT_CODE) from exc
+    replicas = args.replicas
+    if replicas is None and args.ray is None and config is not None:
+        replicas = config.replicas if config.backend == "processes" else None
+    if replicas is None:
+        return None
+    if args.ray is not None:
+        raise StartupError(
+            "--replicas starts replicas on this machine and --ray on a Ray cluster: pass one",
+            exit_code=CONFIG_ERROR_EXIT_CODE,
+        )
+    if replicas < 1:
+        raise StartupError(
+            f"--replicas must be at least 1, got {replicas}", exit_code=CONFIG_ERROR_EXIT_CODE
+        )
+    if pipeline.session_mode != "duplex":
+        raise StartupError(
+            f"--replicas serves duplex deployments only; {pipeline.name} has session_mode: "
+            f"{pipeline.session_mode}",
+            exit_code=CONFIG_ERROR_EXIT_CODE,
+        )
+    return int(replicas)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -392,6 +441,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="serve the deployment's engine replicas on a Ray cluster (its cluster: section): "
         "HOST:PORT of the head's GCS, or auto (the local cluster, started if none runs); "
         "this process is then a stateless front end, and any number of them may run",
+    )
+    serve.add_argument(
+        "--replicas",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve N engine replicas on this machine, each its own process, behind this "
+        "one (the same placement, resume routing and faults as --ray, without Ray); "
+        "default: the deploy YAML's cluster: {backend: processes, replicas: N}, else one "
+        "process",
     )
     bench = commands.add_parser("bench", help="load-test a Realtime server (omniduplex.bench)")
     from ..bench.cli import add_arguments as add_bench_arguments

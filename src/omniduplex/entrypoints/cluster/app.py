@@ -9,7 +9,7 @@ and replica failures, and HTTP requests; the sessions' counters live on their re
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -36,8 +36,12 @@ def build_cluster_app(
     model_name: str,
     api_key: str | None = None,
     origins: OriginPolicy | None = None,
+    on_startup: Callable[[], Awaitable[None]] | None = None,
+    on_shutdown: Callable[[], Awaitable[None]] | None = None,
 ) -> FastAPI:
-    """A stateless front end for the replicas ``backend`` reaches."""
+    """A stateless front end for the replicas ``backend`` reaches; ``on_startup`` and
+    ``on_shutdown`` run on the server's loop around its life (a backend whose replicas
+    this process starts, ``ProcessCluster``, needs that loop)."""
     policy = origins or OriginPolicy.open()
     metrics = ServerMetrics()
     route = ClusterRoute(backend, registry=metrics.registry)
@@ -45,12 +49,16 @@ def build_cluster_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if on_startup is not None:
+            await on_startup()
         app.state.ready = True
         try:
             yield
         finally:
             app.state.ready = False
             await route.shutdown()
+            if on_shutdown is not None:
+                await on_shutdown()
 
     app = FastAPI(title="omniduplex", lifespan=lifespan)
     app.state.ready = False

@@ -3,7 +3,7 @@
 ::
 
     cluster:
-      backend: ray                 # the only backend
+      backend: ray                 # or processes: child processes on this machine
       replicas: 2                  # engine replicas, each a DuplexOmni with its own stages
       resources_per_replica:       # what Ray reserves for one replica (placement)
         num_cpus: 1
@@ -11,6 +11,9 @@
       max_restarts: 3              # Ray restarts a dead replica this many times
       namespace: omniduplex        # the Ray namespace of the named actors
       startup_timeout_s: 120       # a replica that is not serving by then is an error
+
+With ``backend: processes`` (what ``omniduplex serve --replicas N`` does) only
+``replicas`` applies; the Ray keys are ignored.
 
 ``max_sessions`` stays in ``duplex_session``: it is per replica, so the cluster admits
 ``replicas * max_sessions`` sessions.
@@ -22,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-BACKENDS = ("ray",)
+BACKENDS = ("ray", "processes")
 _KEYS = frozenset(
     {
         "backend",

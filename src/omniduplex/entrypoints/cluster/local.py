@@ -90,7 +90,7 @@ class LocalCluster(ReplicaBackend):
     ) -> ReplicaConnection:
         server = self.replicas.get(replica)
         if server is None or replica in self.down:
-            return _Refused(ReplicaUnavailable(f"replica {replica} is down"))
+            return RefusedConnection(ReplicaUnavailable(f"replica {replica} is down"))
         # One channel per connection (named after it): nothing here to share one with.
         server.open(conn_id, conn_id, scope, first_frames, ticket)
         return _LocalConnection(server, conn_id)
@@ -128,7 +128,9 @@ class _LocalConnection(ReplicaConnection):
         self.server.deliver([InboundItem(self.conn_id, disconnect=code)])
 
 
-class _Refused(ReplicaConnection):
+class RefusedConnection(ReplicaConnection):
+    """The tunnel of a replica known to be down: every call raises its failure."""
+
     def __init__(self, failure: ReplicaUnavailable) -> None:
         self.failure = failure
 
@@ -146,4 +148,4 @@ class _Refused(ReplicaConnection):
         pass
 
 
-__all__ = ["LocalCluster"]
+__all__ = ["LocalCluster", "RefusedConnection"]
