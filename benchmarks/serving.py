@@ -53,9 +53,12 @@ def percentile(values: list[float], q: float) -> float:
 
 class Server:
     """``omniduplex serve DEPLOYMENT`` in a subprocess; ``source``: the source tree whose
-    ``src/`` it runs (default: the installed package), for before/after comparisons."""
+    ``src/`` it runs (default: the installed package), for before/after comparisons;
+    ``extra``: more ``serve`` arguments (``--replicas 2``)."""
 
-    def __init__(self, deployment: str, *, source: Path | None = None) -> None:
+    def __init__(
+        self, deployment: str, *, source: Path | None = None, extra: tuple[str, ...] = ()
+    ) -> None:
         self.port = free_port()
         env = dict(os.environ)
         if source is not None:
@@ -73,6 +76,7 @@ class Server:
                 "warning",
                 "--max-sessions",
                 "600",
+                *extra,
             ],
             env=env,
             cwd=source,

@@ -1,4 +1,5 @@
-"""More than one machine: engine replicas on Ray and stateless front ends.
+"""More than one engine: replicas behind front ends, on Ray (``ray_backend``, more than one
+machine) or as child processes of one front door (``processes``, every core of one).
 
 ``ray_backend`` imports Ray; nothing else here does, so the single-process server never
 loads it.

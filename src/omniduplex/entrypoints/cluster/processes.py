@@ -83,14 +83,17 @@ class _LinkReports(DirectoryReports):
         self.writer.write(_frame(("ended", name, session_id, version)))
 
 
-def run_replica(pipeline: PipelineConfig, name: str, path: str, heartbeat_s: float) -> None:
-    """A child process's body: serve as replica ``name`` until the front door goes."""
+def run_replica(
+    pipeline: PipelineConfig, name: str, path: str, heartbeat_s: float, log_level: int
+) -> None:
+    """A child process's body: serve as replica ``name`` until the front door goes; it
+    logs at the front door's level, each line naming the replica."""
     # Ctrl-C and a supervisor's SIGTERM reach the whole process group: the front door
     # alone answers them, and shuts its children down in order (a child also ends when
     # its link closes, however the front door went).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    logging.basicConfig(level=logging.INFO, format=f"%(levelname)s [{name}] %(name)s: %(message)s")
+    logging.basicConfig(level=log_level, format=f"%(levelname)s [{name}] %(name)s: %(message)s")
     asyncio.run(_serve_replica(pipeline, name, path, heartbeat_s))
 
 
@@ -216,11 +219,15 @@ class ProcessCluster(ReplicaBackend):
         self._registered[name].clear()
         process = self._context.Process(
             target=run_replica,
-            args=(self.pipeline, name, self._path, self.heartbeat_s),
+            args=(self.pipeline, name, self._path, self.heartbeat_s, self._log_level()),
             name=f"omniduplex-{name}",
         )
         process.start()
         self.processes[name] = process
+
+    @staticmethod
+    def _log_level() -> int:
+        return logging.getLogger().getEffectiveLevel()
 
     async def shutdown(self) -> None:
         self._stopping = True
