@@ -61,7 +61,18 @@ class EventReader:
         self.seen: list[Any] = []
 
     async def next(self) -> Any:
-        event = await asyncio.wait_for(self._it.__anext__(), TIMEOUT_S)
+        try:
+            event = await asyncio.wait_for(self._it.__anext__(), TIMEOUT_S)
+        except TimeoutError:
+            # Say what came and where the handle stood: a rare hang is then diagnosable.
+            handle = self.handle
+            state = {
+                name: getattr(handle, name, None)
+                for name in ("attached", "overflowed", "pending_events", "dropped_events")
+            }
+            seen = [getattr(e, "type", type(e).__name__) for e in self.seen[-12:]]
+            message = f"no event in {TIMEOUT_S:g} s; handle {state}; last: {seen}"
+            raise AssertionError(message) from None
         self.seen.append(event)
         return event
 
