@@ -209,9 +209,17 @@ async def test_a_killed_process_ends_its_sessions_and_is_started_again(running: 
     await running.until(lambda: running.loads() == {"replica-0": 0, "replica-1": 0})
 
 
-def _group(pgid: int) -> str:
-    found = subprocess.run(["pgrep", "-a", "-g", str(pgid)], capture_output=True, text=True)
-    return found.stdout.strip()
+def _group(pgid: int) -> list[str]:
+    """The processes of process group ``pgid`` (read from ``/proc``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            head, tail = (entry / "stat").read_text().rsplit(")", 1)
+        except (OSError, ValueError):
+            continue
+        if int(tail.split()[2]) == pgid:
+            found.append(head.split("(", 1)[1])
+    return found
 
 
 @pytest.mark.parametrize("asked_by", ["flag", "deploy_yaml"])
