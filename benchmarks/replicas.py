@@ -35,6 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from outbound_path import _ramp_figures
 from serving import Server, heartbeat_floor, percentile, speech, talk
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,13 +142,8 @@ async def measure(extra: tuple[str, ...], args: argparse.Namespace, work: Path) 
                 *("--ramp", "--sessions", str(args.ramp_max), "--chunk-ms", "100"),
                 *("--duration", "6" if args.quick else "12"),
             )
-            ramp = bench["ramp"] or {}
-            held = ramp.get("max_sessions_held")
-            levels = ramp.get("levels") or []
             result["ramp"] = {
-                "max_sessions_held": held,
-                "at_max": next((lv for lv in levels if lv.get("sessions") == held), None),
-                "levels": levels,
+                **_ramp_figures(bench),
                 "server_cpu_s": round(bench["server_tree_cpu_s"], 2),
                 "load_generator_cpu_s": round(bench["load_generator_cpu_s"], 2),
                 "wall_s": bench.get("wall_s"),

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 import uvicorn
+from cluster_clients import open_session
 from server_harness import free_port, wire
 
 from omniduplex.config.pipeline import load_deploy_config
@@ -44,21 +44,10 @@ async def front_end(cluster: LocalCluster) -> AsyncIterator[str]:
         await task
 
 
-async def _open(url: str) -> tuple[Any, Any, dict[str, Any]]:
-    ctx = wire(url + "?duplex=1")
-    client = await ctx.__aenter__()
-    await client.send(
-        {"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}}
-    )
-    created = await client.recv()
-    assert created["type"] == "session.created", created
-    return ctx, client, created
-
-
 async def test_a_session_placed_on_a_dead_replica_goes_to_a_live_one() -> None:
     async with local_cluster() as cluster, front_end(cluster) as url:
         cluster.take_down("replica-0")  # dead, and the directory does not know it yet
-        opened = [await _open(url) for _ in range(2)]  # ties rotate: one is placed there
+        opened = [await open_session(url) for _ in range(2)]  # ties rotate: one is placed there
         for _, _, created in opened:
             assert cluster.directory.locate(created["session"]["id"]) == "replica-1"
         assert [r.alive for r in cluster.directory.view().replicas] == [False, True]
@@ -70,7 +59,7 @@ async def test_a_session_placed_on_a_dead_replica_goes_to_a_live_one() -> None:
 
 async def test_resume_through_the_other_front_end() -> None:
     async with local_cluster() as cluster, front_end(cluster) as one, front_end(cluster) as two:
-        ctx, client, created = await _open(one)
+        ctx, client, created = await open_session(one)
         session_id = created["session"]["id"]
         await client.speak(400)
         await client.send({"type": "input_audio_buffer.commit"})

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from cluster_clients import close_session, open_session
 from server_harness import TIMEOUT_S, free_port, wire
 
 from omniduplex.config.pipeline import load_deploy_config
@@ -87,31 +88,14 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     assert not any(p.is_alive() for p in cluster.processes.values()), "a child outlived it"
 
 
-async def _open(url: str) -> tuple[Any, Any, dict[str, Any]]:
-    ctx = wire(url + "?duplex=1")
-    client = await ctx.__aenter__()
-    await client.send(
-        {"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}}
-    )
-    created = await client.recv()
-    assert created["type"] == "session.created", created
-    return ctx, client, created
-
-
-async def _close(ctx: Any, client: Any) -> None:
-    await client.send({"type": "session.close"})
-    await client.until("session.closed")
-    await ctx.__aexit__(None, None, None)
-
-
 def _assert_exactly_once(events: list[dict[str, Any]]) -> None:
     seqs = [e["server_event_seq"] for e in events if "server_event_seq" in e]
     assert seqs == list(range(1, len(seqs) + 1)), "every event once, in order, no gap"
 
 
 async def test_sessions_spread_over_the_processes_and_resume_onto_theirs(running: Running):
-    a = await _open(running.ws_url)
-    b = await _open(running.ws_url)
+    a = await open_session(running.ws_url)
+    b = await open_session(running.ws_url)
     placed = {running.replica_of(c[2]["session"]["id"]) for c in (a, b)}
     assert placed == {"replica-0", "replica-1"}
     pids = {p.pid for p in running.cluster.processes.values()}
@@ -141,12 +125,12 @@ async def test_sessions_spread_over_the_processes_and_resume_onto_theirs(running
         await again.send({"type": "session.close"})
         kept.extend(await again.until("session.closed"))
     _assert_exactly_once(kept)
-    await _close(*b[:2])
+    await close_session(*b[:2])
     await running.until(lambda: running.loads() == {"replica-0": 0, "replica-1": 0})
 
 
 async def test_admission_counts_every_process(running: Running) -> None:
-    opened = [await _open(running.ws_url) for _ in range(2 * MAX_SESSIONS)]
+    opened = [await open_session(running.ws_url) for _ in range(2 * MAX_SESSIONS)]
     assert running.loads() == {"replica-0": MAX_SESSIONS, "replica-1": MAX_SESSIONS}
     async with wire(running.ws_url + "?duplex=1") as refused:
         await refused.send({"type": "session.update", "session": {}})
@@ -154,12 +138,12 @@ async def test_admission_counts_every_process(running: Running) -> None:
         assert error["type"] == "error"
         assert error["error"]["code"] == "resource_exhausted"
     for ctx, client, _ in opened:
-        await _close(ctx, client)
+        await close_session(ctx, client)
     await running.until(lambda: running.loads() == {"replica-0": 0, "replica-1": 0})
 
 
 async def test_a_cancel_through_a_child_process_ends_the_reply(running: Running) -> None:
-    ctx, client, _ = await _open(running.ws_url)
+    ctx, client, _ = await open_session(running.ws_url)
     await client.send({"type": "session.update", "session": {"output_audio_pacing": "none"}})
     await client.until("session.updated")
     await client.speak(8000)
@@ -172,13 +156,13 @@ async def test_a_cancel_through_a_child_process_ends_the_reply(running: Running)
     await client.send({"type": "session.heartbeat"})
     after = await client.until("session.heartbeat_ack")
     assert not [e for e in after if e.get("response_id") == first["response_id"]]
-    await _close(ctx, client)
+    await close_session(ctx, client)
     _assert_exactly_once(client.received)
 
 
 async def test_a_killed_process_ends_its_sessions_and_is_started_again(running: Running):
-    ctx_a, a, created_a = await _open(running.ws_url)
-    ctx_b, b, created_b = await _open(running.ws_url)
+    ctx_a, a, created_a = await open_session(running.ws_url)
+    ctx_b, b, created_b = await open_session(running.ws_url)
     doomed = running.replica_of(created_a["session"]["id"])
     survivor = running.replica_of(created_b["session"]["id"])
     assert doomed is not None and survivor is not None and doomed != survivor
@@ -187,7 +171,7 @@ async def test_a_killed_process_ends_its_sessions_and_is_started_again(running: 
     await a.send({"type": "input_audio_buffer.commit"})
     await a.send({"type": "response.create"})
     await a.until("response.output_audio.delta")
-    running.cluster.kill(doomed)
+    running.cluster.processes[doomed].kill()  # as a crash would
 
     await a.until("session.closed")
     assert a.received[-1]["reason"] == "replica_failed"
@@ -202,10 +186,10 @@ async def test_a_killed_process_ends_its_sessions_and_is_started_again(running: 
 
     # A fresh process takes the name, with a new incarnation, and takes sessions again.
     await running.until(lambda: running.incarnation(doomed) not in (None, killed))
-    opened = [await _open(running.ws_url) for _ in range(2)]
+    opened = [await open_session(running.ws_url) for _ in range(2)]
     assert {running.replica_of(c[2]["session"]["id"]) for c in opened} >= {doomed}
     for ctx, client, _ in [(ctx_b, b, None), *opened]:
-        await _close(ctx, client)
+        await close_session(ctx, client)
     await running.until(lambda: running.loads() == {"replica-0": 0, "replica-1": 0})
 
 

@@ -29,6 +29,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from cluster_clients import close_session, open_session  # noqa: E402
 from server_harness import TIMEOUT_S, RunningServer, free_port, run_app, wire  # noqa: E402
 
 from omniduplex.config.pipeline import load_deploy_config  # noqa: E402
@@ -110,17 +111,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         ray.shutdown()
 
 
-async def _open(url: str) -> tuple[Any, Any, dict[str, Any]]:
-    ctx = wire(url + "?duplex=1")
-    client = await ctx.__aenter__()
-    await client.send(
-        {"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}}
-    )
-    created = await client.recv()
-    assert created["type"] == "session.created", created
-    return ctx, client, created
-
-
 def _assert_exactly_once(events: list[dict[str, Any]]) -> None:
     seqs = [e["server_event_seq"] for e in events]
     assert seqs == list(range(1, len(seqs) + 1)), "every event once, in order, no gap"
@@ -130,8 +120,8 @@ def _assert_exactly_once(events: list[dict[str, Any]]) -> None:
 
 async def test_sessions_spread_and_resume_through_the_other_front_end(cluster: Cluster) -> None:
     one, two = cluster.front_ends
-    ctx_a, a, created_a = await _open(one.ws_url)
-    ctx_b, b, created_b = await _open(one.ws_url)
+    ctx_a, a, created_a = await open_session(one.ws_url)
+    ctx_b, b, created_b = await open_session(one.ws_url)
     id_a, id_b = created_a["session"]["id"], created_b["session"]["id"]
     replica_a = await cluster.replica_of(id_a)
     replica_b = await cluster.replica_of(id_b)
@@ -175,15 +165,9 @@ async def test_sessions_spread_and_resume_through_the_other_front_end(cluster: C
     assert await cluster.loads() == {"replica-0": 0, "replica-1": 0}
 
 
-async def _close(ctx: Any, client: Any) -> None:
-    await client.send({"type": "session.close"})
-    await client.until("session.closed")
-    await ctx.__aexit__(None, None, None)
-
-
 async def test_admission_is_cluster_wide(cluster: Cluster) -> None:
     one, two = cluster.front_ends
-    opened = [await _open(url) for url in (one.ws_url, two.ws_url, one.ws_url, two.ws_url)]
+    opened = [await open_session(url) for url in (one.ws_url, two.ws_url, one.ws_url, two.ws_url)]
     await cluster.until_loads({"replica-0": MAX_SESSIONS, "replica-1": MAX_SESSIONS})
     async with wire(one.ws_url + "?duplex=1") as refused:
         await refused.send({"type": "session.update", "session": {}})
@@ -191,11 +175,11 @@ async def test_admission_is_cluster_wide(cluster: Cluster) -> None:
         assert error["type"] == "error"
         assert error["error"]["code"] == "resource_exhausted"
     ctx, client, _ = opened.pop()
-    await _close(ctx, client)
-    ctx, client, _ = await _open(two.ws_url)  # a slot came free: admitted again
+    await close_session(ctx, client)
+    ctx, client, _ = await open_session(two.ws_url)  # a slot came free: admitted again
     opened.append((ctx, client, _))
     for ctx, client, _ in opened:
-        await _close(ctx, client)
+        await close_session(ctx, client)
     await cluster.until_loads({"replica-0": 0, "replica-1": 0})
 
 
@@ -208,8 +192,8 @@ async def _reply_started(client: Any, ms: int = 3000) -> None:
 
 async def test_a_killed_replica_ends_its_sessions_and_comes_back(cluster: Cluster) -> None:
     one, two = cluster.front_ends
-    ctx_a, a, created_a = await _open(one.ws_url)
-    ctx_b, b, created_b = await _open(two.ws_url)
+    ctx_a, a, created_a = await open_session(one.ws_url)
+    ctx_b, b, created_b = await open_session(two.ws_url)
     doomed = await cluster.replica_of(created_a["session"]["id"])
     survivor = await cluster.replica_of(created_b["session"]["id"])
     assert doomed is not None and survivor is not None and doomed != survivor
@@ -234,18 +218,18 @@ async def test_a_killed_replica_ends_its_sessions_and_comes_back(cluster: Cluste
     # The incarnation that died left admission as its session was told (Ray may have
     # restarted it already): a new session goes to a live replica, never to the dead one.
     assert await cluster.incarnation(doomed) != killed
-    ctx_c, c, created_c = await _open(one.ws_url)
+    ctx_c, c, created_c = await open_session(one.ws_url)
     placed = await cluster.replica_of(created_c["session"]["id"])
     assert placed == survivor or await cluster.incarnation(doomed) not in (None, killed)
 
     # Ray restarts it; it takes sessions again.
     await cluster.until_loads({survivor: 1 + (placed == survivor), doomed: int(placed == doomed)})
     assert await cluster.incarnation(doomed) not in (None, killed)
-    ctx_d, d, created_d = await _open(two.ws_url)
+    ctx_d, d, created_d = await open_session(two.ws_url)
     if placed == survivor:  # the survivor is full: the restarted replica takes it
         assert await cluster.replica_of(created_d["session"]["id"]) == doomed
     for ctx, client in ((ctx_b, b), (ctx_c, c), (ctx_d, d)):
-        await _close(ctx, client)
+        await close_session(ctx, client)
     await cluster.until_loads({"replica-0": 0, "replica-1": 0})
 
 
@@ -284,7 +268,7 @@ def doomed_front_end(cluster: Cluster) -> Iterator[FrontEndProcess]:
 async def test_front_end_killed_mid_reply_resumes_through_another(
     cluster: Cluster, doomed_front_end: FrontEndProcess
 ) -> None:
-    ctx, client, created = await _open(doomed_front_end.ws_url)
+    ctx, client, created = await open_session(doomed_front_end.ws_url)
     session_id = created["session"]["id"]
     replica = await cluster.replica_of(session_id)
     await _reply_started(client)
@@ -360,7 +344,7 @@ async def test_every_front_end_reports_the_cluster(cluster: Cluster) -> None:
 
 async def test_what_a_client_sent_before_its_socket_died_is_not_lost(cluster: Cluster) -> None:
     one, two = cluster.front_ends
-    ctx, client, created = await _open(one.ws_url)
+    ctx, client, created = await open_session(one.ws_url)
     session_id, token = created["session"]["id"], created["resume_token"]
     last = created["server_event_seq"]
     for attempt in range(4):
@@ -385,7 +369,7 @@ async def test_what_a_client_sent_before_its_socket_died_is_not_lost(cluster: Cl
         ack = (await client.until("session.heartbeat_ack"))[-1]
         assert ack["server_event_seq"] == last + 1
         last = ack["server_event_seq"]
-    await _close(ctx, client)
+    await close_session(ctx, client)
     await cluster.until_loads({"replica-0": 0, "replica-1": 0})
 
 
@@ -393,7 +377,7 @@ async def test_a_cancel_through_ray_ends_the_reply(cluster: Cluster) -> None:
     """An unpaced reply far larger than the tunnel's window, cancelled at its first audio:
     ``response.done`` (cancelled) comes, nothing of that response follows it, and the
     stream stays exactly numbered."""
-    ctx, client, _ = await _open(cluster.front_ends[0].ws_url)
+    ctx, client, _ = await open_session(cluster.front_ends[0].ws_url)
     await client.send({"type": "session.update", "session": {"output_audio_pacing": "none"}})
     await client.until("session.updated")
     await client.speak(8000)
@@ -406,13 +390,13 @@ async def test_a_cancel_through_ray_ends_the_reply(cluster: Cluster) -> None:
     await client.send({"type": "session.heartbeat"})
     after = await client.until("session.heartbeat_ack")
     assert not [e for e in after if e.get("response_id") == first["response_id"]]
-    await _close(ctx, client)
+    await close_session(ctx, client)
     _assert_exactly_once(client.received)
     await cluster.until_loads({"replica-0": 0, "replica-1": 0})
 
 
 async def test_a_restarted_directory_rebuilds_itself_from_the_replicas(cluster: Cluster) -> None:
-    ctx, _, created = await _open(cluster.front_ends[0].ws_url)
+    ctx, _, created = await open_session(cluster.front_ends[0].ws_url)
     session_id = created["session"]["id"]
     replica = await cluster.replica_of(session_id)
     before = (await cluster.backends[0].view()).directory

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from ...config.pipeline import PipelineConfig
 from .directory import ClusterView, Placement, SessionDirectory
 from .frontend import ReplicaBackend, ReplicaConnection, ReplicaUnavailable
+from .links import RefusedConnection
 from .replica import DirectoryReports, InboundItem, ReplicaServer
 from .tunnel import OutboundBatch, TunnelScope
 
@@ -44,7 +45,25 @@ class _Reports(DirectoryReports):
         self.directory.ended(name, session_id, version)
 
 
-class LocalCluster(ReplicaBackend):
+class DirectoryHere(ReplicaBackend):
+    """A backend whose session directory lives in this process (``self.directory``)."""
+
+    directory: SessionDirectory
+
+    async def place(self) -> Placement | None:
+        return self.directory.place()
+
+    async def locate(self, session_id: str) -> str | None:
+        return self.directory.locate(session_id)
+
+    async def failed(self, replica: str, incarnation: str) -> None:
+        self.directory.failed(replica, incarnation or None)
+
+    async def view(self) -> ClusterView:
+        return self.directory.view()
+
+
+class LocalCluster(DirectoryHere):
     """``replicas`` engine replicas of ``pipeline`` in this process."""
 
     def __init__(
@@ -74,12 +93,6 @@ class LocalCluster(ReplicaBackend):
 
     # ---- ReplicaBackend ---------------------------------------------------------------
 
-    async def place(self) -> Placement | None:
-        return self.directory.place()
-
-    async def locate(self, session_id: str) -> str | None:
-        return self.directory.locate(session_id)
-
     def open_tunnel(
         self,
         replica: str,
@@ -94,12 +107,6 @@ class LocalCluster(ReplicaBackend):
         # One channel per connection (named after it): nothing here to share one with.
         server.open(conn_id, conn_id, scope, first_frames, ticket)
         return _LocalConnection(server, conn_id)
-
-    async def failed(self, replica: str, incarnation: str) -> None:
-        self.directory.failed(replica, incarnation or None)
-
-    async def view(self) -> ClusterView:
-        return self.directory.view()
 
 
 class _LocalConnection(ReplicaConnection):
@@ -128,24 +135,4 @@ class _LocalConnection(ReplicaConnection):
         self.server.deliver([InboundItem(self.conn_id, disconnect=code)])
 
 
-class RefusedConnection(ReplicaConnection):
-    """The tunnel of a replica known to be down: every call raises its failure."""
-
-    def __init__(self, failure: ReplicaUnavailable) -> None:
-        self.failure = failure
-
-    async def batches(self) -> AsyncIterator[OutboundBatch]:
-        raise self.failure
-        yield  # an async generator that fails on its first step
-
-    async def send(self, frames: list[str | bytes], acked: int = 0) -> None:
-        raise self.failure
-
-    def ack(self, size: int) -> None:
-        pass
-
-    def disconnect(self, code: int) -> None:
-        pass
-
-
-__all__ = ["LocalCluster", "RefusedConnection"]
+__all__ = ["DirectoryHere", "LocalCluster"]

@@ -26,15 +26,15 @@ import pickle
 import signal
 import struct
 import tempfile
-from collections.abc import AsyncIterator
 from typing import Any
 
 from ...config.pipeline import PipelineConfig
-from .directory import ClusterView, Placement, SessionDirectory
-from .frontend import ReplicaBackend, ReplicaConnection, ReplicaUnavailable
-from .local import RefusedConnection
+from .directory import SessionDirectory
+from .frontend import ReplicaConnection, ReplicaUnavailable
+from .links import BatchQueue, BatchRoutes, QueuedConnection, RefusedConnection
+from .local import DirectoryHere
 from .replica import DirectoryReports, InboundItem, ReplicaServer
-from .tunnel import OutboundBatch, TunnelScope
+from .tunnel import TunnelScope
 
 log = logging.getLogger(__name__)
 
@@ -140,31 +140,15 @@ class _ReplicaLink:
         self.name = name
         self.writer = writer
         self.incarnation = ""
-        self.failure: ReplicaUnavailable | None = None
-        self.links: dict[str, asyncio.Queue[OutboundBatch | ReplicaUnavailable]] = {}
+        self.routes = BatchRoutes()
 
     def write(self, message: tuple[Any, ...]) -> None:
-        if self.failure is not None:
-            raise self.failure
+        if self.routes.failure is not None:
+            raise self.routes.failure
         self.writer.write(_frame(message))
 
-    def deliver(self, batches: list[tuple[str, OutboundBatch]]) -> None:
-        for conn_id, batch in batches:
-            queue = self.links.get(conn_id)
-            if queue is None:
-                continue
-            queue.put_nowait(batch)
-            if batch.final:
-                del self.links[conn_id]
 
-    def fail(self, failure: ReplicaUnavailable) -> None:
-        self.failure = failure
-        links, self.links = self.links, {}
-        for queue in links.values():
-            queue.put_nowait(failure)
-
-
-class ProcessCluster(ReplicaBackend):
+class ProcessCluster(DirectoryHere):
     """``replicas`` engine replicas of ``pipeline``, each in a child process."""
 
     def __init__(
@@ -206,28 +190,29 @@ class ProcessCluster(ReplicaBackend):
             raise
 
     async def _serving(self, name: str) -> None:
-        registered = self._registered[name].wait()
-        waiter = asyncio.ensure_future(registered)
-        while not waiter.done():
+        registered = self._registered[name]
+        while not registered.is_set():
             process = self.processes[name]
             if not process.is_alive():
-                waiter.cancel()
                 raise RuntimeError(f"replica {name} exited with status {process.exitcode}")
-            await asyncio.wait([waiter], timeout=0.2)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(registered.wait(), 0.2)
 
     def _spawn(self, name: str) -> None:
         self._registered[name].clear()
         process = self._context.Process(
             target=run_replica,
-            args=(self.pipeline, name, self._path, self.heartbeat_s, self._log_level()),
+            args=(
+                self.pipeline,
+                name,
+                self._path,
+                self.heartbeat_s,
+                logging.getLogger().getEffectiveLevel(),
+            ),
             name=f"omniduplex-{name}",
         )
         process.start()
         self.processes[name] = process
-
-    @staticmethod
-    def _log_level() -> int:
-        return logging.getLogger().getEffectiveLevel()
 
     async def shutdown(self) -> None:
         self._stopping = True
@@ -243,10 +228,6 @@ class ProcessCluster(ReplicaBackend):
         if self._server is not None:
             self._server.close()
         self._tmp.cleanup()
-
-    def kill(self, name: str) -> None:
-        """Kill replica ``name``'s process at once (as a crash would)."""
-        self.processes[name].kill()
 
     # ---- the links --------------------------------------------------------------------
 
@@ -268,7 +249,7 @@ class ProcessCluster(ReplicaBackend):
         kind = message[0]
         directory = self.directory
         if kind == "batches":
-            link.deliver(message[1])
+            link.routes.route(message[1])
         elif kind == "opened":
             directory.opened(*message[1:])
         elif kind == "ended":
@@ -288,7 +269,7 @@ class ProcessCluster(ReplicaBackend):
             self._registered[name].set()
 
     async def _lost(self, link: _ReplicaLink) -> None:
-        link.fail(ReplicaUnavailable(f"replica {link.name} died"))
+        link.routes.fail(ReplicaUnavailable(f"replica {link.name} died"))
         if self._links.get(link.name) is link:
             del self._links[link.name]
         self.directory.failed(link.name, link.incarnation or None)
@@ -301,12 +282,6 @@ class ProcessCluster(ReplicaBackend):
 
     # ---- ReplicaBackend ---------------------------------------------------------------
 
-    async def place(self) -> Placement | None:
-        return self.directory.place()
-
-    async def locate(self, session_id: str) -> str | None:
-        return self.directory.locate(session_id)
-
     def open_tunnel(
         self,
         replica: str,
@@ -316,39 +291,17 @@ class ProcessCluster(ReplicaBackend):
         ticket: str | None,
     ) -> ReplicaConnection:
         link = self._links.get(replica)
-        if link is None or link.failure is not None:
+        if link is None or link.routes.failure is not None:
             return RefusedConnection(ReplicaUnavailable(f"replica {replica} is down"))
-        queue: asyncio.Queue[OutboundBatch | ReplicaUnavailable] = asyncio.Queue()
-        link.links[conn_id] = queue
+        queue = link.routes.open(conn_id)
         link.write(("open", conn_id, scope, list(first_frames), ticket))
         return _LinkConnection(link, conn_id, queue)
 
-    async def failed(self, replica: str, incarnation: str) -> None:
-        self.directory.failed(replica, incarnation or None)
 
-    async def view(self) -> ClusterView:
-        return self.directory.view()
-
-
-class _LinkConnection(ReplicaConnection):
-    def __init__(
-        self,
-        link: _ReplicaLink,
-        conn_id: str,
-        queue: asyncio.Queue[OutboundBatch | ReplicaUnavailable],
-    ) -> None:
+class _LinkConnection(QueuedConnection):
+    def __init__(self, link: _ReplicaLink, conn_id: str, queue: BatchQueue) -> None:
+        super().__init__(conn_id, queue)
         self.link = link
-        self.conn_id = conn_id
-        self.queue = queue
-
-    async def batches(self) -> AsyncIterator[OutboundBatch]:
-        while True:
-            item = await self.queue.get()
-            if isinstance(item, ReplicaUnavailable):
-                raise item
-            yield item
-            if item.final:
-                return
 
     async def send(self, frames: list[str | bytes], acked: int = 0) -> None:
         self.link.write(("deliver", [InboundItem(self.conn_id, tuple(frames), acked)]))

@@ -33,6 +33,7 @@ from ...config.pipeline import PipelineConfig
 from .config import DIRECTORY_NAME, ClusterConfig
 from .directory import ClusterView, Placement, SessionDirectory
 from .frontend import ReplicaBackend, ReplicaConnection, ReplicaUnavailable
+from .links import BatchQueue, BatchRoutes, QueuedConnection
 from .replica import DirectoryReports, InboundItem, ReplicaInfo, ReplicaServer
 from .tunnel import OutboundBatch, TunnelScope
 
@@ -243,8 +244,7 @@ class _ReplicaChannel:
     def __init__(self, handle: Any, front_end: str) -> None:
         self.handle = handle
         self.front_end = front_end
-        self.failure: ReplicaUnavailable | None = None
-        self._links: dict[str, asyncio.Queue[OutboundBatch | ReplicaUnavailable]] = {}
+        self.routes = BatchRoutes()
         self._outgoing: list[InboundItem] = []
         self._waiters: list[asyncio.Future[None]] = []
         self._sending = False
@@ -257,11 +257,8 @@ class _ReplicaChannel:
     def open(
         self, conn_id: str, scope: TunnelScope, first_frames: list[str | bytes], ticket: str | None
     ) -> _ChannelConnection:
-        queue: asyncio.Queue[OutboundBatch | ReplicaUnavailable] = asyncio.Queue()
-        if self.failure is not None:
-            queue.put_nowait(self.failure)
-        else:
-            self._links[conn_id] = queue
+        queue = self.routes.open(conn_id)
+        if self.routes.failure is None:
             # Submitted now, before any of the connection's deliveries: Ray runs one
             # caller's calls to an actor in the order they were made.
             self._spawn(
@@ -276,38 +273,27 @@ class _ReplicaChannel:
         try:
             await ref
         except RayError as exc:
-            queue = self._links.pop(conn_id, None)
-            if queue is not None:
-                queue.put_nowait(ReplicaUnavailable(str(exc)))
+            self.routes.fail_one(conn_id, ReplicaUnavailable(str(exc)))
 
     async def _read(self, refs: Any) -> None:
         try:
             async for ref in refs:
-                for conn_id, batch in await ref:
-                    queue = self._links.get(conn_id)
-                    if queue is None:
-                        continue
-                    queue.put_nowait(batch)
-                    if batch.final:
-                        del self._links[conn_id]
+                self.routes.route(await ref)
             self._fail(ReplicaUnavailable("the replica ended the channel"))
         except RayError as exc:
             self._fail(ReplicaUnavailable(str(exc)))
 
     def _fail(self, failure: ReplicaUnavailable) -> None:
-        self.failure = failure
-        links, self._links = self._links, {}
-        for queue in links.values():
-            queue.put_nowait(failure)
+        self.routes.fail(failure)
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_exception(failure)
 
     def post(self, item: InboundItem, waiter: asyncio.Future[None] | None = None) -> None:
-        if self.failure is not None:
+        if self.routes.failure is not None:
             if waiter is not None:
-                waiter.set_exception(self.failure)
+                waiter.set_exception(self.routes.failure)
             return
         self._outgoing.append(item)
         if waiter is not None:
@@ -318,7 +304,7 @@ class _ReplicaChannel:
 
     async def _deliver(self) -> None:
         try:
-            while self._outgoing and self.failure is None:
+            while self._outgoing and self.routes.failure is None:
                 items, self._outgoing = self._outgoing, []
                 waiters, self._waiters = self._waiters, []
                 try:
@@ -339,25 +325,10 @@ class _ReplicaChannel:
         task.add_done_callback(self._tasks.discard)
 
 
-class _ChannelConnection(ReplicaConnection):
-    def __init__(
-        self,
-        channel: _ReplicaChannel,
-        conn_id: str,
-        queue: asyncio.Queue[OutboundBatch | ReplicaUnavailable],
-    ) -> None:
+class _ChannelConnection(QueuedConnection):
+    def __init__(self, channel: _ReplicaChannel, conn_id: str, queue: BatchQueue) -> None:
+        super().__init__(conn_id, queue)
         self.channel = channel
-        self.conn_id = conn_id
-        self.queue = queue
-
-    async def batches(self) -> AsyncIterator[OutboundBatch]:
-        while True:
-            item = await self.queue.get()
-            if isinstance(item, ReplicaUnavailable):
-                raise item
-            yield item
-            if item.final:
-                return
 
     async def send(self, frames: list[str | bytes], acked: int = 0) -> None:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -467,7 +438,7 @@ class RayCluster(ReplicaBackend):
         ticket: str | None,
     ) -> ReplicaConnection:
         channel = self._channels.get(replica)
-        if channel is None or channel.failure is not None:
+        if channel is None or channel.routes.failure is not None:
             channel = _ReplicaChannel(self._replica(replica), self.front_end_id)
             self._channels[replica] = channel
         return channel.open(conn_id, scope, first_frames, ticket)
