@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from omniduplex.config.pipeline import PipelineConfig, load_deploy_config
+from omniduplex.model_executor.models.loopback.plugin import LoopbackDuplexPlugin
 from omniduplex.protocol.duplex import command_from_realtime
 
 # A guard against hangs only; no assertion depends on how long anything takes.
@@ -23,6 +24,29 @@ def deployment(name: str = "loopback-fast", **duplex_session: Any) -> PipelineCo
         return pipeline
     merged = {**pipeline.duplex_session, **duplex_session}
     return dataclasses.replace(pipeline, duplex_session=merged)
+
+
+class StreamingInputTestPlugin(LoopbackDuplexPlugin):
+    """Test plugin: loopback's outputs, but the engine treats it as a model that streams
+    its input (as personaplex does); it plans no input units, so every model output the
+    session sees is one the test injected."""
+
+    plugin_id = "streaming-input-test"
+    streams_input = True
+
+    def plan_input_unit(self, state: Any, samples: Any, *, fence: Any) -> None:
+        return None
+
+
+def streaming_deployment() -> PipelineConfig:
+    """loopback-fast served by ``StreamingInputTestPlugin``."""
+    plugin = f"{__name__}:{StreamingInputTestPlugin.__name__}"
+    return dataclasses.replace(deployment("loopback-fast"), duplex_plugin=plugin)
+
+
+async def session_value(omni: Any, session_id: str, read: Callable[[Any], Any]) -> Any:
+    """``read`` of the engine-resident session, on the engine's loop."""
+    return await omni.engine.call(lambda o: read(o.manager.runners[session_id].session))
 
 
 def sine_pcm16(ms: int, *, rate: int = 16_000, freq: float = 440.0, amp: float = 0.3) -> bytes:

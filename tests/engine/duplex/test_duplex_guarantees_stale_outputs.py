@@ -2,8 +2,8 @@
 
 - The runner's epoch fence: output of an epoch a cancel ended is dropped when dequeued,
   also when it was already in the mailbox behind the cancel. Shown with a plugin that
-  streams its input (``StreamingInputTestPlugin``), for which no other guard exists: any
-  model output there would open a response.
+  streams its input (``duplex_helpers.StreamingInputTestPlugin``), for which no other
+  guard exists: any model output there would open a response.
 - The response's ownership guard: a turn-based response hears only its own requests, so
   the late output of a request that failed (a failure does not advance the epoch) cannot
   leak into the response that follows it.
@@ -25,27 +25,16 @@ from duplex_helpers import (
     deployment,
     is_type,
     response_done,
+    session_value,
     sine_pcm16,
+    streaming_deployment,
 )
 
 from omniduplex.engine.duplex.contracts import stage_request_id
 from omniduplex.engine.duplex.session.context import StageOutputItem
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
-from omniduplex.model_executor.models.loopback.plugin import LoopbackDuplexPlugin
 
 LEAKED = "leaked"
-
-
-class StreamingInputTestPlugin(LoopbackDuplexPlugin):
-    """Test plugin: loopback's outputs, but the engine treats it as a model that streams
-    its input (as personaplex does); it plans no input units, so every model output the
-    session sees is one the test injected."""
-
-    plugin_id = "streaming-input-test"
-    streams_input = True
-
-    def plan_input_unit(self, state: Any, samples: Any, *, fence: Any) -> None:
-        return None
 
 
 def audio_unit(text: str) -> dict[str, Any]:
@@ -54,18 +43,6 @@ def audio_unit(text: str) -> dict[str, Any]:
 
 def output(request_id: str, text: str) -> StageOutputItem:
     return StageOutputItem(request_id=request_id, data=audio_unit(text), finished=False, error=None)
-
-
-async def session_value(omni: DuplexOmni, session_id: str, read: Any) -> Any:
-    return await omni.engine.call(lambda o: read(o.manager.runners[session_id].session))
-
-
-def streaming_deployment() -> Any:
-    import dataclasses
-
-    pipeline = deployment("loopback-fast")
-    plugin = f"{__name__}:{StreamingInputTestPlugin.__name__}"
-    return dataclasses.replace(pipeline, duplex_plugin=plugin)
 
 
 async def test_output_of_a_cancelled_epoch_never_reaches_a_streaming_session() -> None:

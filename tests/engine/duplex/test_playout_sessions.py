@@ -1,7 +1,8 @@
 """The playout clock on the real engine: a turn-based plugin (loopback-fast) generates a
 6 s reply in a few milliseconds; the session is paced (``output_audio_pacing``), so the
 reply leaves at real time plus the lead, a talk-over cuts it where the user is, and what
-history keeps is what was heard.
+history keeps is what was heard. A model-native plugin's decision to listen is told after
+the paced audio it follows.
 
 No assertion depends on the machine being fast: a paced reply can only be slower than
 real time on a loaded machine, and every bound on a played position is taken from what
@@ -14,6 +15,7 @@ import base64
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 from duplex_helpers import (
     EventReader,
@@ -23,9 +25,13 @@ from duplex_helpers import (
     deployment,
     is_type,
     response_done,
+    session_value,
     sine_pcm16,
+    streaming_deployment,
 )
 
+from omniduplex.engine.duplex.contracts import stage_request_id
+from omniduplex.engine.duplex.session.context import StageOutputItem
 from omniduplex.entrypoints.duplex_omni import DuplexOmni
 from omniduplex.protocol.duplex import truncate_transcript
 
@@ -304,3 +310,39 @@ async def test_ack_only_history_keeps_what_the_clock_says_was_heard() -> None:
     # At response.done the last lead of audio had left but was not yet played.
     assert full.startswith(heard_at_done) and len(heard_at_done) < len(full)
     assert played_out["content"][0]["transcript"] == full
+
+
+async def test_a_model_that_decides_to_listen_says_so_after_the_audio_it_paced_out() -> None:
+    # A model-native plugin (it streams its input) ends its stretch of speech with a
+    # listen right behind its last frame; paced, most of that speech is still due, and
+    # response.listen must follow it, not overtake it.
+    async with DuplexOmni(streaming_deployment()) as omni:
+        handle = await omni.open_session(PACED)
+        listener = Listener(handle)
+        await listener.until(is_type("session.created"))
+        fence = await session_value(omni, handle.session_id, lambda s: s.fence)
+        request_id = stage_request_id(fence, "stage0")
+        frames = [
+            {"kind": "audio", "audio": np.full(2400, 0.1, np.float32), "text": f"w{i} "}
+            for i in range(10)
+        ]  # 1 s of speech, 100 ms a frame, at once
+        outputs = [StageOutputItem(request_id, data, False, None) for data in frames]
+        outputs.append(StageOutputItem(request_id, {"kind": "listen"}, False, None))
+
+        def produce(o: Any) -> None:
+            for item in outputs:
+                o.manager.on_stage_output(handle.session_id, item)
+
+        await omni.engine.call(produce)
+        events = await listener.until(is_type("response.done"))
+        await handle.close()
+    kinds = [e.type for e in events]
+    response_id = events[-1].response_id
+    assert listener.received_ms(response_id) == pytest.approx(1000, abs=1)
+    assert kinds.count("response.listen") == 1
+    assert kinds.index("response.listen") > max(
+        i for i, kind in enumerate(kinds) if kind == "response.output_audio.delta"
+    )
+    listen = events[kinds.index("response.listen")]
+    assert listen.response_id == response_id
+    assert events[-1].response["status"] == "completed"

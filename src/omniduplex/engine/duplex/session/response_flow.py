@@ -274,13 +274,10 @@ class ResponseFlow:
             if result.end_of_turn:
                 self.complete("completed")
         elif isinstance(result, ModelListen):
-            if response is not None and response.audio_deltas == 0 and not response.text:
-                self.out.listen(result.reason, response)
-                self.complete("completed", reason=result.reason)
-            elif response is not None and self.plugin.streams_input:
+            said_nothing = response is not None and response.audio_ms == 0 and not response.text
+            if response is not None and (said_nothing or self.plugin.streams_input):
                 # A model-native plugin ends its stretch of speech by deciding to listen.
-                self.out.listen(result.reason, response)
-                self.complete("completed", reason=result.reason)
+                self.complete("completed", reason=result.reason, listen=True)
             elif response is None:
                 self.out.listen(result.reason, None)
         elif isinstance(result, ModelSpeak):
@@ -383,11 +380,15 @@ class ResponseFlow:
 
     # ---- ending -------------------------------------------------------------------
 
-    def complete(self, status: str, *, reason: str | None = None) -> None:
-        """The model is done with the active response; it ends once its audio has left."""
+    def complete(self, status: str, *, reason: str | None = None, listen: bool = False) -> None:
+        """The model is done with the active response; it ends once its audio has left.
+        ``listen``: the model decided to listen, which ``response.listen`` says at that
+        end, after the audio it follows (paced, that audio may still be due)."""
         response = self.session.response
         if response is None or response.generation_ended is not None:
             return
+        if listen:
+            response.listen_reason = reason
         tail = response.encoder.flush() if response.wants_audio else b""
         if tail and response.audio_ms > 0:
             chars = len(response.transcript_text())
@@ -454,6 +455,8 @@ class ResponseFlow:
                 # Cut off mid-call (a cancel, a talk-over, a failure): never to be answered.
                 call["status"] = "incomplete"
                 self.out.function_call_done(response, call)
+        if response.listen_reason is not None:
+            self.out.listen(response.listen_reason, response)
         cursor = session.cursor(response.response_id)
         transcript = response.transcript_text()
         shown = transcript

@@ -197,6 +197,9 @@ class ActiveResponse:
     # The model is done with it (status, reason) but its audio is still being released
     # at the playout's pace: it ends when the last of it has left.
     generation_ended: tuple[str, str | None] | None = None
+    # The model ended it by deciding to listen (the reason): ``response.listen`` goes out
+    # as it ends, after its audio.
+    listen_reason: str | None = None
 
     @property
     def wants_audio(self) -> bool:
