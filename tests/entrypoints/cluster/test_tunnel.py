@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 from omniduplex.entrypoints.cluster.tunnel import OutboundBatch, TunnelScope, TunnelSocket
 
@@ -11,6 +12,22 @@ SCOPE = TunnelScope(
     query_string="model=loopback&duplex=1",
     headers=(("Sec-WebSocket-Protocol", "realtime"),),
 )
+
+
+async def batches(socket: TunnelSocket) -> AsyncIterator[OutboundBatch]:
+    """``socket``'s batches as the replica's channel takes them: when it says something
+    waits, until the final one."""
+    changed = asyncio.Event()
+    socket.on_change = changed.set
+    while True:
+        changed.clear()
+        batch = socket.take()
+        if batch is None:
+            await changed.wait()
+            continue
+        yield batch
+        if batch.final:
+            return
 
 
 async def _next(stream) -> OutboundBatch:
@@ -31,7 +48,7 @@ async def test_the_route_reads_the_handshake_it_would_read_locally() -> None:
 
 async def test_frames_leave_in_order_and_wait_for_credit_beyond_the_window() -> None:
     socket = TunnelSocket(SCOPE, incarnation="i1", window_bytes=9)
-    stream = socket.batches(heartbeat_s=60.0)
+    stream = batches(socket)
     await socket.send_text("12345")
     await socket.send_text("6789")
     first = await _next(stream)
@@ -47,7 +64,7 @@ async def test_frames_leave_in_order_and_wait_for_credit_beyond_the_window() -> 
 
 async def test_an_abort_overtakes_what_waits() -> None:
     socket = TunnelSocket(SCOPE, window_bytes=1000)
-    stream = socket.batches(heartbeat_s=60.0)
+    stream = batches(socket)
     await socket.send_text("unsent audio")
     socket.abort()
     batch = await _next(stream)
@@ -58,21 +75,10 @@ async def test_an_abort_overtakes_what_waits() -> None:
 
 async def test_the_close_follows_the_last_frames_and_ends_the_stream() -> None:
     socket = TunnelSocket(SCOPE)
-    stream = socket.batches(heartbeat_s=60.0)
+    stream = batches(socket)
     await socket.send_text("session.closed")
     await socket.close(1000, "client_close")
     batch = await _next(stream)
     assert batch.frames == ("session.closed",)
     assert (batch.close_code, batch.close_reason) == (1000, "client_close")
     assert [b async for b in stream] == []
-
-
-async def test_an_idle_tunnel_sends_heartbeats() -> None:
-    socket = TunnelSocket(SCOPE)
-    socket.session_id = "duplex-1"
-    stream = socket.batches(heartbeat_s=0.01)
-    batch = await _next(stream)
-    assert batch.frames == () and not batch.final and batch.session_id == "duplex-1"
-    socket.finished()
-    assert [b.ended async for b in stream] == [True]
-    assert socket.take() is None

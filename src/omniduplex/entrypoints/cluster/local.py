@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 from ...config.pipeline import PipelineConfig
 from .directory import ClusterView, Placement, SessionDirectory
 from .frontend import ReplicaBackend, ReplicaConnection, ReplicaUnavailable
-from .links import RefusedConnection
 from .replica import DirectoryReports, InboundItem, ReplicaServer
+from .routes import RefusedConnection
 from .tunnel import OutboundBatch, TunnelScope
 
 
@@ -66,15 +66,11 @@ class DirectoryHere(ReplicaBackend):
 class LocalCluster(DirectoryHere):
     """``replicas`` engine replicas of ``pipeline`` in this process."""
 
-    def __init__(
-        self, pipeline: PipelineConfig, replicas: int = 2, *, heartbeat_s: float = 1.0
-    ) -> None:
+    def __init__(self, pipeline: PipelineConfig, replicas: int = 2) -> None:
         self.directory = SessionDirectory()
         reports = _Reports(self.directory)
         self.replicas = {
-            f"replica-{i}": ReplicaServer(
-                pipeline, name=f"replica-{i}", reports=reports, heartbeat_s=heartbeat_s
-            )
+            f"replica-{i}": ReplicaServer(pipeline, name=f"replica-{i}", reports=reports)
             for i in range(replicas)
         }
         self.down: set[str] = set()

@@ -1,4 +1,4 @@
-"""The cluster on Ray: replicas and the session directory as named actors.
+"""The cluster on Ray: Ray is the control plane, each replica's own listener the data plane.
 
 * ``SessionDirectoryActor`` (named ``session-directory``, detached): the
   ``SessionDirectory``, plus a watch that probes every replica every ``probe_s``; a probe
@@ -6,12 +6,14 @@
   (a new incarnation) brings them back. A probe also starts the engine of a replica Ray
   has just restarted.
 * ``EngineReplicaActor`` (named ``replica-<i>``, detached, ``max_restarts``): a
-  ``ReplicaServer``. Each front end has one channel to it: a Ray streaming generator
-  that brings the batches of all that front end's sockets there, and one ``deliver``
-  call at a time that takes their client frames, credits and disconnects, in order.
+  ``ReplicaServer`` and its ``LinkListener``, a TCP port of its own on its node. Ray
+  calls start it, probe it and tell where it listens (with the token a front end must
+  present); no frame of a client crosses Ray.
 * ``RayCluster`` (in each front end): joins the cluster (``ray.init``), creates what does
   not exist yet (``get_if_exists``: every front end may start first), waits until every
-  replica serves, and is the ``ReplicaBackend`` of the front end's ``ClusterRoute``.
+  replica serves, and is the ``ReplicaBackend`` of the front end's ``ClusterRoute``: it
+  asks the directory (Ray) where a socket goes, and carries the socket's frames over its
+  one link to that replica (``link.py``), which all its sockets there share.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import dataclasses
 import logging
 import socket
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,18 +34,12 @@ from ...config.pipeline import PipelineConfig
 from .config import DIRECTORY_NAME, ClusterConfig
 from .directory import ClusterView, Placement, SessionDirectory
 from .frontend import ReplicaBackend, ReplicaConnection, ReplicaUnavailable
-from .links import BatchQueue, BatchRoutes, QueuedConnection
-from .replica import DirectoryReports, InboundItem, ReplicaInfo, ReplicaServer
-from .tunnel import OutboundBatch, TunnelScope
+from .link import LinkListener, ReplicaLink, open_link
+from .replica import DirectoryReports, ReplicaInfo, ReplicaServer
+from .tunnel import TunnelScope
 
 log = logging.getLogger(__name__)
 
-#: Concurrent calls one replica actor serves (each open connection holds one: its stream).
-REPLICA_MAX_CONCURRENCY = 100_000
-#: Batches a tunnel's stream may run ahead of its front end. Ray's backpressure is also
-#: what ends the stream (and so detaches the session) once the front end is gone: an
-#: idle tunnel's heartbeat finds out.
-TUNNEL_BACKPRESSURE_BATCHES = 8
 #: How long a probe may take before the watch moves on (a slow replica is not a dead one).
 PROBE_TIMEOUT_S = 10.0
 
@@ -172,29 +167,19 @@ class EngineReplicaActor:
         logging.basicConfig(level=logging.INFO)
         directory = ray.get_actor(DIRECTORY_NAME, namespace=namespace)
         self.server = ReplicaServer(pipeline, name=name, reports=_ActorReports(directory))
+        self.listener = LinkListener(self.server)
 
     async def start(self) -> ReplicaInfo:
         return await self.server.start()
 
-    async def open(
-        self,
-        front_end: str,
-        conn_id: str,
-        scope: TunnelScope,
-        first_frames: list[str | bytes],
-        ticket: str | None,
-    ) -> None:
-        self.server.open(front_end, conn_id, scope, first_frames, ticket)
-
-    @ray.method(num_returns="streaming")  # type: ignore[misc]
-    async def channel(self, front_end: str) -> AsyncIterator[list[tuple[str, OutboundBatch]]]:
-        async for items in self.server.channel(front_end):
-            yield items
-
-    async def deliver(self, items: list[InboundItem]) -> None:
-        self.server.deliver(items)
+    async def link(self) -> tuple[str, int, bytes]:
+        """Where a front end links to this replica (its node's address), and the token
+        the link must open with."""
+        host, port = await self.listener.start(ray.util.get_node_ip_address())
+        return host, port, self.listener.token
 
     async def shutdown(self) -> None:
+        await self.listener.close()
         await self.server.shutdown()
 
 
@@ -235,113 +220,6 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
         )
 
 
-class _ReplicaChannel:
-    """This front end's traffic with one replica: one stream of batches for all its
-    sockets there, and one delivery of their client frames in flight at a time (what
-    arrives meanwhile goes in the next), so Ray carries a message per burst, not one per
-    frame and socket."""
-
-    def __init__(self, handle: Any, front_end: str) -> None:
-        self.handle = handle
-        self.front_end = front_end
-        self.routes = BatchRoutes()
-        self._outgoing: list[InboundItem] = []
-        self._waiters: list[asyncio.Future[None]] = []
-        self._sending = False
-        self._tasks: set[asyncio.Task[None]] = set()
-        method = handle.channel.options(
-            _generator_backpressure_num_objects=TUNNEL_BACKPRESSURE_BATCHES
-        )
-        self._spawn(self._read(method.remote(front_end)))
-
-    def open(
-        self, conn_id: str, scope: TunnelScope, first_frames: list[str | bytes], ticket: str | None
-    ) -> _ChannelConnection:
-        queue = self.routes.open(conn_id)
-        if self.routes.failure is None:
-            # Submitted now, before any of the connection's deliveries: Ray runs one
-            # caller's calls to an actor in the order they were made.
-            self._spawn(
-                self._opened(
-                    conn_id,
-                    self.handle.open.remote(self.front_end, conn_id, scope, first_frames, ticket),
-                )
-            )
-        return _ChannelConnection(self, conn_id, queue)
-
-    async def _opened(self, conn_id: str, ref: Any) -> None:
-        try:
-            await ref
-        except RayError as exc:
-            self.routes.fail_one(conn_id, ReplicaUnavailable(str(exc)))
-
-    async def _read(self, refs: Any) -> None:
-        try:
-            async for ref in refs:
-                self.routes.route(await ref)
-            self._fail(ReplicaUnavailable("the replica ended the channel"))
-        except RayError as exc:
-            self._fail(ReplicaUnavailable(str(exc)))
-
-    def _fail(self, failure: ReplicaUnavailable) -> None:
-        self.routes.fail(failure)
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_exception(failure)
-
-    def post(self, item: InboundItem, waiter: asyncio.Future[None] | None = None) -> None:
-        if self.routes.failure is not None:
-            if waiter is not None:
-                waiter.set_exception(self.routes.failure)
-            return
-        self._outgoing.append(item)
-        if waiter is not None:
-            self._waiters.append(waiter)
-        if not self._sending:
-            self._sending = True
-            self._spawn(self._deliver())
-
-    async def _deliver(self) -> None:
-        try:
-            while self._outgoing and self.routes.failure is None:
-                items, self._outgoing = self._outgoing, []
-                waiters, self._waiters = self._waiters, []
-                try:
-                    await self.handle.deliver.remote(items)
-                except RayError as exc:
-                    self._waiters[:0] = waiters
-                    self._fail(ReplicaUnavailable(str(exc)))
-                    return
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
-        finally:
-            self._sending = False
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-
-class _ChannelConnection(QueuedConnection):
-    def __init__(self, channel: _ReplicaChannel, conn_id: str, queue: BatchQueue) -> None:
-        super().__init__(conn_id, queue)
-        self.channel = channel
-
-    async def send(self, frames: list[str | bytes], acked: int = 0) -> None:
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.channel.post(InboundItem(self.conn_id, tuple(frames), acked), waiter)
-        await waiter
-
-    def ack(self, size: int) -> None:
-        self.channel.post(InboundItem(self.conn_id, acked=size))
-
-    def disconnect(self, code: int) -> None:
-        self.channel.post(InboundItem(self.conn_id, disconnect=code))
-
-
 @dataclass(slots=True)
 class RayCluster(ReplicaBackend):
     """A front end's handle on the replicas (see the module docstring)."""
@@ -352,7 +230,8 @@ class RayCluster(ReplicaBackend):
     started_ray: bool = False
     model_name: str = ""
     front_end_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    _channels: dict[str, _ReplicaChannel] = field(default_factory=dict)
+    _links: dict[str, ReplicaLink] = field(default_factory=dict)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
     def connect(
@@ -388,7 +267,6 @@ class RayCluster(ReplicaBackend):
                 get_if_exists=True,
                 max_restarts=config.max_restarts,
                 max_task_retries=0,
-                max_concurrency=REPLICA_MAX_CONCURRENCY,
                 **resources,
             ).remote(pipeline, name, namespace)
             for name in config.replica_names
@@ -437,11 +315,23 @@ class RayCluster(ReplicaBackend):
         first_frames: list[str | bytes],
         ticket: str | None,
     ) -> ReplicaConnection:
-        channel = self._channels.get(replica)
-        if channel is None or channel.routes.failure is not None:
-            channel = _ReplicaChannel(self._replica(replica), self.front_end_id)
-            self._channels[replica] = channel
-        return channel.open(conn_id, scope, first_frames, ticket)
+        link = self._links.get(replica)
+        if link is None or link.routes.failure is not None:
+            link = self._links[replica] = ReplicaLink(replica)
+            task = asyncio.get_running_loop().create_task(self._carry(link))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return link.open_tunnel(conn_id, scope, first_frames, ticket)
+
+    async def _carry(self, link: ReplicaLink) -> None:
+        """Link to the replica where it listens (asked of Ray), and carry the link."""
+        try:
+            host, port, token = await self._replica(link.name).link.remote()
+            reader, writer = await open_link((host, port), token, self.front_end_id)
+        except (RayError, OSError) as exc:
+            link.fail(ReplicaUnavailable(f"replica {link.name}: {exc}"))
+            return
+        await link.serve(reader, writer)
 
     async def failed(self, replica: str, incarnation: str) -> None:
         with contextlib.suppress(RayError):

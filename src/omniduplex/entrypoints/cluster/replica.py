@@ -24,13 +24,7 @@ from ...config.pipeline import PipelineConfig
 from ...protocol.duplex import events as ev
 from ..duplex.serving import RealtimeRoute
 from ..duplex_omni import DuplexOmni, DuplexSessionHandle
-from .tunnel import (
-    DEFAULT_HEARTBEAT_S,
-    DEFAULT_WINDOW_BYTES,
-    OutboundBatch,
-    TunnelScope,
-    TunnelSocket,
-)
+from .tunnel import DEFAULT_WINDOW_BYTES, OutboundBatch, TunnelScope, TunnelSocket
 
 log = logging.getLogger(__name__)
 
@@ -134,13 +128,11 @@ class ReplicaServer:
         *,
         name: str,
         reports: DirectoryReports,
-        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
         window_bytes: int = DEFAULT_WINDOW_BYTES,
     ) -> None:
         self.name = name
         self.reports = reports
         self.incarnation = uuid.uuid4().hex
-        self.heartbeat_s = heartbeat_s
         self.window_bytes = window_bytes
         self.model_name = pipeline.served_model_name or pipeline.name
         self.omni = ReplicaOmni(pipeline, replica=self)
@@ -222,12 +214,12 @@ class ReplicaServer:
         task.add_done_callback(self._serving.discard)
 
     async def channel(self, front_end: str) -> AsyncIterator[list[tuple[str, OutboundBatch]]]:
-        """Every batch for ``front_end``'s sockets, as they come, many sockets' at once;
-        ``[]`` every ``heartbeat_s`` while there is none. Once the front end stops taking
-        it (it died), its sockets are dropped: their sessions detach."""
+        """Every batch for ``front_end``'s sockets, as they come, many sockets' at once.
+        Once the front end stops taking it (its link closed), its sockets are dropped:
+        their sessions detach."""
         channel = self._channel(front_end)
         try:
-            async for items in channel.stream(self.heartbeat_s):
+            async for items in channel.stream():
                 yield items
         finally:
             channel.close()
@@ -304,7 +296,7 @@ class _Channel:
         socket.on_change = changed
         changed()
 
-    async def stream(self, heartbeat_s: float) -> AsyncIterator[list[tuple[str, OutboundBatch]]]:
+    async def stream(self) -> AsyncIterator[list[tuple[str, OutboundBatch]]]:
         while True:
             self._wake.clear()
             items: list[tuple[str, OutboundBatch]] = []
@@ -319,11 +311,8 @@ class _Channel:
                     del self._sockets[conn_id]
             if items:
                 yield items
-                continue
-            try:
-                await asyncio.wait_for(self._wake.wait(), heartbeat_s)
-            except TimeoutError:
-                yield []
+            else:
+                await self._wake.wait()
 
     def close(self) -> None:
         """The front end is gone: so are its clients' sockets."""

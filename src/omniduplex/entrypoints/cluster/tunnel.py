@@ -7,7 +7,7 @@ end finds it there. What crosses machines is the socket itself: ``TunnelSocket``
 in for the starlette ``WebSocket`` the route expects. The front end feeds it the client's
 frames (``feed``) and the disconnect (``disconnect``); it hands the route's frames to the
 front end as ``OutboundBatch``\\ es (``take``: whatever is waiting, in order, in one
-batch; the replica's channel to that front end carries many sockets' batches at once).
+batch; the replica's link to that front end carries many sockets' batches at once).
 
 Flow control keeps the one-process guarantees. At most ``window_bytes`` of frames may be
 on their way to the client and not yet written by the front end (``ack`` returns credit);
@@ -16,16 +16,15 @@ own bounded outbound queue, where a cancel still drops the unsent audio of its r
 and a client that stopped reading still overflows and is let go (DESIGN decision 13). An
 ``abort`` (the route's answer to that overflow) overtakes everything that waits.
 
-A front end that died is found out by its channel, which sends an empty batch every
-``heartbeat_s`` while idle (Ray ends the stream of a dead caller): each of its sockets is
-then ``disconnect``\\ ed and the route treats it as dropped, so the session goes into its
-disconnect grace, resumable elsewhere.
+A front end that died is found out by its link (``link.py``), which closes: each of its
+sockets is then ``disconnect``\\ ed and the route treats it as dropped, so the session goes
+into its disconnect grace, resumable elsewhere.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +41,6 @@ DEFAULT_WINDOW_BYTES = 64 * 1024
 #: frames): a quarter of the window, so the replica never waits on it while the client
 #: reads, and a reply's audio costs one credit message per few deltas, not one each.
 ACK_EVERY_BYTES = DEFAULT_WINDOW_BYTES // 4
-DEFAULT_HEARTBEAT_S = 1.0
 #: The close code a route sees when the front end (or its client) vanished without one.
 ABNORMAL_CLOSURE = 1006
 
@@ -122,10 +120,9 @@ class TunnelSocket:
         self._gone = False  # the client (or its front end) went away
         self._finished = False  # the route is done with this socket
         self._taken_final = False  # the last batch went out
-        self._changed = asyncio.Event()
         self._room = asyncio.Event()
-        #: Told whenever something new waits for the front end (a channel carrying many
-        #: tunnels takes it then).
+        #: Told whenever something new waits for the front end (the replica's channel to
+        #: it takes it then).
         self.on_change: Callable[[], None] | None = None
 
     # ---- the route's side (starlette's WebSocket, the parts it uses) -----------------
@@ -189,7 +186,6 @@ class TunnelSocket:
         self._room.set()
 
     def _notify(self) -> None:
-        self._changed.set()
         if self.on_change is not None:
             self.on_change()
 
@@ -226,22 +222,6 @@ class TunnelSocket:
     def over(self) -> bool:
         """The final batch was taken."""
         return self._taken_final
-
-    async def batches(
-        self, heartbeat_s: float = DEFAULT_HEARTBEAT_S
-    ) -> AsyncIterator[OutboundBatch]:
-        """``take`` as a stream, until the final batch; an empty batch every
-        ``heartbeat_s`` while idle."""
-        while not self._taken_final:
-            self._changed.clear()
-            batch = self.take()
-            if batch is not None:
-                yield batch
-                continue
-            try:
-                await asyncio.wait_for(self._changed.wait(), heartbeat_s)
-            except TimeoutError:
-                yield OutboundBatch(session_id=self.session_id, incarnation=self.incarnation)
 
 
 __all__ = ["ABNORMAL_CLOSURE", "ACK_EVERY_BYTES", "OutboundBatch", "TunnelScope", "TunnelSocket"]

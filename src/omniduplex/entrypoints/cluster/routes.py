@@ -1,6 +1,6 @@
-"""A front end's side of its link to one replica, whatever carries it (Ray, a socket).
+"""Where a link's batches go: each to its connection, in order.
 
-One link carries the batches of many connections: ``BatchRoutes`` hands each batch to
+One link (``link.py``) carries the batches of many connections: ``BatchRoutes`` hands each batch to
 its connection's queue, in order, and a link that fails hands its failure to every
 connection still open on it. ``QueuedConnection`` is a ``ReplicaConnection`` that reads
 its queue; ``RefusedConnection`` is the tunnel of a replica known to be down.
