@@ -2,8 +2,9 @@
 
 A real ``ReplicaServer`` of loopback-fast behind a ``LinkListener`` on 127.0.0.1; a front
 end's ``ReplicaLink`` reaches it with ``open_link``. A peer without the token is cut off
-before anything it sent is unpickled, and a front end whose link closes leaves its
-sessions in their disconnect grace.
+before anything it sent is unpickled, a front end whose link closes leaves its sessions in
+their disconnect grace, and what a front end's sockets deliver in one turn of its loop
+goes down as one message, never ahead of an open written before it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from omniduplex.entrypoints.cluster.link import (
     LinkListener,
     ReplicaLink,
     open_link,
+    read_message,
 )
 from omniduplex.entrypoints.cluster.replica import DirectoryReports, ReplicaServer
 from omniduplex.entrypoints.cluster.tunnel import TunnelScope
@@ -112,3 +114,45 @@ async def test_a_front_end_link_serves_a_session_and_its_close_detaches_it(repli
     assert session_id in server.info().sessions  # in its grace, resumable elsewhere
     with pytest.raises(Exception, match="link closed"):
         await connection.send(["{}"])
+
+
+async def test_one_turn_of_deliveries_goes_down_as_one_message_behind_the_opens_before_it() -> None:
+    received: asyncio.Queue = asyncio.Queue()
+
+    async def replica_end(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while (message := await read_message(reader)) is not None:
+            received.put_nowait(message)
+
+    listener = await asyncio.start_server(replica_end, "127.0.0.1", 0)
+    link = ReplicaLink("r0")
+    one = link.open_tunnel("c1", SCOPE, ["first"], None)
+    one.ack(10)
+    one.disconnect(1000)
+    two = link.open_tunnel("c2", SCOPE, [], None)  # after c1's deliveries, not before
+    two.ack(5)
+    three = link.open_tunnel("c3", SCOPE, [], None)
+    reader, writer = await asyncio.open_connection(*listener.sockets[0].getsockname()[:2])
+    carrying = asyncio.create_task(link.serve(reader, writer))
+    await asyncio.sleep(0)  # a later turn of the loop
+    three.ack(1)
+    two.ack(2)
+    async with asyncio.timeout(TIMEOUT_S):
+        messages = [await received.get() for _ in range(6)]
+    shape = [
+        (m[0], m[1])
+        if m[0] == "open"
+        else (m[0], [(i.conn_id, i.acked, i.disconnect) for i in m[1]])
+        for m in messages
+    ]
+    assert shape == [
+        ("open", "c1"),
+        ("deliver", [("c1", 10, None), ("c1", 0, 1000)]),
+        ("open", "c2"),
+        ("deliver", [("c2", 5, None)]),
+        ("open", "c3"),
+        ("deliver", [("c3", 1, None), ("c2", 2, None)]),
+    ]
+    assert messages[0][3] == ["first"]
+    writer.close()
+    await asyncio.wait_for(carrying, TIMEOUT_S)
+    listener.close()

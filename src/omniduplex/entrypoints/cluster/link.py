@@ -169,7 +169,8 @@ async def open_link(
 
 class ReplicaLink:
     """A front end's side of its link to replica ``name``. Usable before the link is up:
-    what is written meanwhile goes first, in order, once it is."""
+    what is written meanwhile goes first, in order, once it is. What its sockets deliver
+    in one turn of the event loop goes down as one message."""
 
     def __init__(self, name: str, on_report: Callable[[ReplicaLink, Message], None] | None = None):
         self.name = name
@@ -178,6 +179,7 @@ class ReplicaLink:
         self._on_report = on_report
         self._writer: asyncio.StreamWriter | None = None
         self._waiting: list[bytes] = []
+        self._deliveries: list[InboundItem] = []
         self._up = asyncio.Event()  # the link is up, or has failed
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -201,15 +203,33 @@ class ReplicaLink:
         if self.routes.failure is None:
             self.routes.fail(failure)
         self._waiting.clear()
+        self._deliveries.clear()
         self._up.set()
 
     def write(self, message: Message) -> None:
         if self.routes.failure is not None:
             raise self.routes.failure
+        self._flush()  # what was delivered before goes before
+        self._send(encode(message))
+
+    def deliver(self, item: InboundItem) -> None:
+        """``item`` goes down with every other delivery of this turn of the loop."""
+        if self.routes.failure is not None:
+            raise self.routes.failure
+        self._deliveries.append(item)
+        if len(self._deliveries) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        items, self._deliveries = self._deliveries, []
+        if items and self.routes.failure is None:
+            self._send(encode(("deliver", items)))
+
+    def _send(self, data: bytes) -> None:
         if self._writer is None:
-            self._waiting.append(encode(message))
+            self._waiting.append(data)
         else:
-            self._writer.write(encode(message))
+            self._writer.write(data)
 
     async def drain(self) -> None:
         await self._up.wait()
@@ -240,16 +260,16 @@ class _LinkConnection(QueuedConnection):
         self.link = link
 
     async def send(self, frames: list[str | bytes], acked: int = 0) -> None:
-        self.link.write(("deliver", [InboundItem(self.conn_id, tuple(frames), acked)]))
+        self.link.deliver(InboundItem(self.conn_id, tuple(frames), acked))
         await self.link.drain()
 
     def ack(self, size: int) -> None:
         with contextlib.suppress(ReplicaUnavailable):
-            self.link.write(("deliver", [InboundItem(self.conn_id, acked=size)]))
+            self.link.deliver(InboundItem(self.conn_id, acked=size))
 
     def disconnect(self, code: int) -> None:
         with contextlib.suppress(ReplicaUnavailable):
-            self.link.write(("deliver", [InboundItem(self.conn_id, disconnect=code)]))
+            self.link.deliver(InboundItem(self.conn_id, disconnect=code))
 
 
 __all__ = [
