@@ -1,8 +1,12 @@
-"""One process against ``omniduplex serve --replicas N`` on the same machine, in one run.
+"""One process, ``omniduplex serve --replicas N`` and ``--ray``, on the same machine, in one run.
 
-Each mode is ``omniduplex serve`` in a subprocess; every CPU figure is the whole server's,
-the front door and its replica processes together (read from ``/proc``), and the load
-generator's own CPU is reported beside it (it shares the machine). For each mode:
+Each mode is ``omniduplex serve`` in a subprocess: one process; ``--replicas N``; and
+``--ray auto`` with N replicas (a local Ray cluster the server starts, its replicas taking
+no CPU reservation), also from ``--ray-before SRC``, a source tree of an earlier data
+plane, for before/after. Every CPU figure is the whole server's: the front door and its
+replica processes together, with Ray's own daemons and workers for ``--ray`` (read from
+``/proc``); the load generator's own CPU is reported beside it (it shares the machine).
+For each mode:
 
 - ``heartbeat_rtt_ms``: ``session.heartbeat`` -> ack on ``loopback-fast`` (the floor);
 - ``cpu_per_event``: server CPU per event a client receives, sessions talking to
@@ -16,8 +20,8 @@ Then a 16-core estimate for ``--replicas``: the events per second 16 cores susta
 its measured CPU per event, and its sessions held scaled from this machine's cores to 16
 (one process cannot scale so: it runs on about one core).
 
-Run: ``python benchmarks/replicas.py [--replicas 2] [--quick] [--ramp-max 400]``; writes
-``benchmarks/results/replicas.json`` and prints it.
+Run: ``python benchmarks/replicas.py [--replicas 2] [--quick] [--ramp-max 400] [--no-ray]
+[--ray-before SRC]``; writes ``benchmarks/results/replicas.json`` and prints it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +109,32 @@ async def _cpu_per_event(server: Server, sessions: int, turns: int) -> dict[str,
     }
 
 
-async def measure(extra: tuple[str, ...], args: argparse.Namespace, work: Path) -> dict:
-    label = " ".join(extra) or "one process"
-    print(f"-- {label}", file=sys.stderr)
+@dataclass(frozen=True)
+class Mode:
+    """How the server runs: ``serve`` arguments, a source tree, and with ``ray_replicas``
+    the deployment as a Ray cluster of that many replicas."""
+
+    label: str
+    extra: tuple[str, ...] = ()
+    source: Path | None = None
+    ray_replicas: int = 0
+
+    def server(self, base: str, work: Path) -> Server:
+        if not self.ray_replicas:
+            return Server(base, extra=self.extra, source=self.source)
+        deploy = work / f"{base}-ray-{uuid.uuid4().hex[:6]}.yaml"
+        deploy.write_text(
+            f"base_config: {base}\n"
+            f"cluster: {{replicas: {self.ray_replicas}, resources_per_replica: {{num_cpus: 0}},"
+            f" namespace: bench-{uuid.uuid4().hex[:8]}}}\n"
+        )
+        return Server(str(deploy), extra=(*self.extra, "--ray", "auto"), source=self.source)
+
+
+async def measure(mode: Mode, args: argparse.Namespace, work: Path) -> dict:
+    print(f"-- {mode.label}", file=sys.stderr)
     result: dict[str, Any] = {}
-    fast = Server("loopback-fast", extra=extra)
+    fast = mode.server("loopback-fast", work)
     try:
         await fast.wait_ready()
         floor = await heartbeat_floor(fast, 100 if args.quick else 400)
@@ -117,7 +143,7 @@ async def measure(extra: tuple[str, ...], args: argparse.Namespace, work: Path) 
         result["cpu_per_event"] = await _cpu_per_event(fast, sessions, turns)
     finally:
         fast.stop()
-    paced = Server("loopback", extra=extra)
+    paced = mode.server("loopback", work)
     try:
         await paced.wait_ready()
         bench = _bench(
@@ -169,10 +195,21 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     key = f"replicas_{args.replicas}"
+    modes = {
+        "one_process": Mode("one process"),
+        key: Mode(f"--replicas {args.replicas}", ("--replicas", str(args.replicas))),
+    }
+    if args.ray:
+        modes["ray"] = Mode(f"--ray, {args.replicas} replicas", ray_replicas=args.replicas)
+    if args.ray_before is not None:
+        modes["ray_before"] = Mode(
+            f"--ray, {args.replicas} replicas, from {args.ray_before}",
+            source=args.ray_before,
+            ray_replicas=args.replicas,
+        )
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        out["one_process"] = await measure((), args, work)
-        out[key] = await measure(("--replicas", str(args.replicas)), args, work)
+        for name, mode in modes.items():
+            out[name] = await measure(mode, args, Path(tmp))
     one, many = out["one_process"], out[key]
     held_one = (one.get("ramp") or {}).get("max_sessions_held")
     held_many = (many.get("ramp") or {}).get("max_sessions_held")
@@ -185,7 +222,19 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         # scale with the cores (one replica per core, the front door beside them).
         "estimate_16_cores": estimate_16_cores(many, os.cpu_count() or 1),
     }
+    for name in ("ray", "ray_before"):
+        if name in out:
+            out["compared"][name] = _against(out[name], one)
     return out
+
+
+def _against(mode: dict[str, Any], one: dict[str, Any]) -> dict[str, Any]:
+    """``mode``'s CPU per event and heartbeat p50 as multiples of one process's."""
+    return {
+        "cpu_per_event_ratio": mode["cpu_per_event"]["per_event_us"]
+        / one["cpu_per_event"]["per_event_us"],
+        "heartbeat_p50_ratio": mode["heartbeat_rtt_ms"]["p50"] / one["heartbeat_rtt_ms"]["p50"],
+    }
 
 
 if __name__ == "__main__":
@@ -193,6 +242,8 @@ if __name__ == "__main__":
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--ramp-max", type=int, default=400, help="0 skips the ramp")
+    parser.add_argument("--no-ray", dest="ray", action="store_false", help="skip --ray")
+    parser.add_argument("--ray-before", type=Path, help="a source tree to measure --ray from")
     parser.add_argument("--out", type=Path, default=RESULTS / "replicas.json")
     args = parser.parse_args()
     result = asyncio.run(main(args))

@@ -83,7 +83,7 @@ class Server:
         )
 
     async def wait_ready(self) -> None:
-        for _ in range(300):
+        for _ in range(1200):  # one that starts Ray takes longer
             try:
                 async with connect(self.url("?model=loopback")) as ws:
                     await ws.recv()
@@ -97,7 +97,11 @@ class Server:
 
     def stop(self) -> None:
         self.proc.terminate()
-        self.proc.wait(10)
+        try:
+            self.proc.wait(30)  # a server that started Ray stops it first
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
 
 
 def speech(ms: int) -> list[str]:
