@@ -14,14 +14,18 @@ For each mode:
 - ``barge_in``: ``omniduplex bench --scenario barge-in --sessions 50`` on ``loopback``:
   barge-in stop p99 as a multiple of the heartbeat p50 that bench run measured;
 - ``ramp``: ``omniduplex bench --ramp --chunk-ms 100`` on ``loopback``: the most sessions
-  held with p95 event lag under 50 ms.
+  held with p95 event lag under 50 ms (not for ``--ray-before``).
 
-Then a 16-core estimate for ``--replicas``: the events per second 16 cores sustain at
-its measured CPU per event, and its sessions held scaled from this machine's cores to 16
-(one process cannot scale so: it runs on about one core).
+This machine's CPU figures swing by half from one run to the next, so every mode runs
+``--repeats`` trials, interleaved, and each headline figure is the median of its trials
+(``median``; every trial is kept under ``trials``). Then a 16-core estimate for
+``--replicas``: the events per second 16 cores sustain at its median CPU per event, and
+its sessions held scaled from this machine's cores to 16 (one process cannot scale so:
+it runs on about one core).
 
-Run: ``python benchmarks/replicas.py [--replicas 2] [--quick] [--ramp-max 400] [--no-ray]
-[--ray-before SRC]``; writes ``benchmarks/results/replicas.json`` and prints it.
+Run: ``python benchmarks/replicas.py [--replicas 2] [--repeats 3] [--quick] [--ramp-max
+400] [--no-ray] [--ray-before SRC]``; writes ``benchmarks/results/replicas.json`` and
+prints it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import asyncio
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -118,6 +123,7 @@ class Mode:
     extra: tuple[str, ...] = ()
     source: Path | None = None
     ray_replicas: int = 0
+    ramp: bool = True
 
     def server(self, base: str, work: Path) -> Server:
         if not self.ray_replicas:
@@ -132,6 +138,7 @@ class Mode:
 
 
 async def measure(mode: Mode, args: argparse.Namespace, work: Path) -> dict:
+    """One trial of ``mode``: each figure once."""
     print(f"-- {mode.label}", file=sys.stderr)
     result: dict[str, Any] = {}
     fast = mode.server("loopback-fast", work)
@@ -161,7 +168,7 @@ async def measure(mode: Mode, args: argparse.Namespace, work: Path) -> dict:
             "server_cpu_s": round(bench["server_tree_cpu_s"], 2),
             "load_generator_cpu_s": round(bench["load_generator_cpu_s"], 2),
         }
-        if args.ramp_max:
+        if args.ramp_max and mode.ramp:
             bench = _bench(
                 paced,
                 work / f"ramp-{uuid.uuid4().hex[:6]}.json",
@@ -180,10 +187,10 @@ async def measure(mode: Mode, args: argparse.Namespace, work: Path) -> dict:
 
 
 def estimate_16_cores(mode: dict[str, Any], cpus: int) -> dict[str, Any]:
-    """What 16 cores would serve at this mode's measured costs (no model running)."""
-    held = (mode.get("ramp") or {}).get("max_sessions_held")
+    """What 16 cores would serve at a mode's median costs (no model running)."""
+    held = mode.get("sessions_held")
     return {
-        "events_per_s": round(16e6 / mode["cpu_per_event"]["per_event_us"]),
+        "events_per_s": round(16e6 / mode["cpu_per_event_us"]),
         "sessions_held": round(held * 16 / cpus) if held else None,
         "basis": f"16 cores / CPU per event; sessions held on {cpus} cores x 16 / {cpus}",
     }
@@ -193,6 +200,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "trials_per_mode": args.repeats,
     }
     key = f"replicas_{args.replicas}"
     modes = {
@@ -206,17 +214,20 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             f"--ray, {args.replicas} replicas, from {args.ray_before}",
             source=args.ray_before,
             ray_replicas=args.replicas,
+            ramp=False,
         )
+    trials: dict[str, list[dict[str, Any]]] = {name: [] for name in modes}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, mode in modes.items():
-            out[name] = await measure(mode, args, Path(tmp))
-    one, many = out["one_process"], out[key]
-    held_one = (one.get("ramp") or {}).get("max_sessions_held")
-    held_many = (many.get("ramp") or {}).get("max_sessions_held")
+        # Interleaved, so a slow stretch of this shared machine falls on every mode alike.
+        for _ in range(args.repeats):
+            for name, mode in modes.items():
+                trials[name].append(await measure(mode, args, Path(tmp)))
+    for name, runs in trials.items():
+        out[name] = {"median": _medians(runs), "trials": runs}
+    one, many = out["one_process"]["median"], out[key]["median"]
+    held_one, held_many = one.get("sessions_held"), many.get("sessions_held")
     out["compared"] = {
-        "cpu_per_event_ratio": many["cpu_per_event"]["per_event_us"]
-        / one["cpu_per_event"]["per_event_us"],
-        "heartbeat_p50_ratio": many["heartbeat_rtt_ms"]["p50"] / one["heartbeat_rtt_ms"]["p50"],
+        **_against(many, one),
         "sessions_held_ratio": held_many / held_one if held_one and held_many else None,
         # One process uses about one core however many there are: only the replicas
         # scale with the cores (one replica per core, the front door beside them).
@@ -224,16 +235,37 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     }
     for name in ("ray", "ray_before"):
         if name in out:
-            out["compared"][name] = _against(out[name], one)
+            out["compared"][name] = _against(out[name]["median"], one)
     return out
 
 
-def _against(mode: dict[str, Any], one: dict[str, Any]) -> dict[str, Any]:
-    """``mode``'s CPU per event and heartbeat p50 as multiples of one process's."""
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median over a mode's trials of each headline figure."""
+
+    def median(read: Any) -> float | None:
+        values = [v for v in (read(run) for run in runs) if v is not None]
+        return statistics.median(values) if values else None
+
     return {
-        "cpu_per_event_ratio": mode["cpu_per_event"]["per_event_us"]
-        / one["cpu_per_event"]["per_event_us"],
-        "heartbeat_p50_ratio": mode["heartbeat_rtt_ms"]["p50"] / one["heartbeat_rtt_ms"]["p50"],
+        "heartbeat_p50_ms": median(lambda r: r["heartbeat_rtt_ms"]["p50"]),
+        "heartbeat_p99_ms": median(lambda r: r["heartbeat_rtt_ms"]["p99"]),
+        "cpu_per_event_us": median(lambda r: r["cpu_per_event"]["per_event_us"]),
+        "barge_in_stop_p99_ms": median(lambda r: r["barge_in"]["stop_ms"]["p99"]),
+        "barge_in_floor_ms": median(lambda r: r["barge_in"]["floor_ms"]),
+        "barge_in_p99_to_floor": median(lambda r: r["barge_in"]["stop_p99_to_floor"]),
+        "sessions_held": median(lambda r: (r.get("ramp") or {}).get("max_sessions_held")),
+        "ramp_server_cpu_s": median(lambda r: (r.get("ramp") or {}).get("server_cpu_s")),
+        "ramp_load_generator_cpu_s": median(
+            lambda r: (r.get("ramp") or {}).get("load_generator_cpu_s")
+        ),
+    }
+
+
+def _against(mode: dict[str, Any], one: dict[str, Any]) -> dict[str, Any]:
+    """``mode``'s median CPU per event and heartbeat p50 as multiples of one process's."""
+    return {
+        "cpu_per_event_ratio": mode["cpu_per_event_us"] / one["cpu_per_event_us"],
+        "heartbeat_p50_ratio": mode["heartbeat_p50_ms"] / one["heartbeat_p50_ms"],
     }
 
 
@@ -241,6 +273,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3, help="trials per mode, interleaved")
     parser.add_argument("--ramp-max", type=int, default=400, help="0 skips the ramp")
     parser.add_argument("--no-ray", dest="ray", action="store_false", help="skip --ray")
     parser.add_argument("--ray-before", type=Path, help="a source tree to measure --ray from")
