@@ -13,10 +13,12 @@ each through one process and through a front end and Ray, with the ratio of medi
 and ``resume_other_front_end``: ``--cuts`` times, the socket is dropped and the session
 resumed through the other front end (``session.resume`` sent -> ``session.resumed``
 received, and -> the replay's end), p50 / p95; ``ray_call``: what one async actor call
-costs here (CPU on the caller and on the actor, 32 calls in flight), the unit every
-client frame and every batch back pays; and ``cpu_per_event``: CPU per event a client
-receives, several sessions talking to the unpaced model, for ``omniduplex serve`` alone
-against ``omniduplex serve --ray`` (the front end's process plus the replicas').
+costs here (CPU on the caller and on the actor, 32 calls in flight), what the control
+plane pays per placement, lookup or report (a few per session opened or resumed; no
+client frame crosses Ray); and ``cpu_per_event``: CPU per event a client receives,
+several sessions talking to the unpaced model, for ``omniduplex serve`` alone against
+``omniduplex serve --ray`` (the front end's process plus the replicas'; Ray's own
+daemons are not counted here, ``replicas.py`` counts them).
 
 Run: ``python benchmarks/cluster.py [--quick]``; writes ``benchmarks/results/cluster.json``.
 """

@@ -42,11 +42,6 @@ class BatchRoutes:
             if batch.final:
                 del self._queues[conn_id]
 
-    def fail_one(self, conn_id: str, failure: ReplicaUnavailable) -> None:
-        queue = self._queues.pop(conn_id, None)
-        if queue is not None:
-            queue.put_nowait(failure)
-
     def fail(self, failure: ReplicaUnavailable) -> None:
         self.failure = failure
         queues, self._queues = self._queues, {}
