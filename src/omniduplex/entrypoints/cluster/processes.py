@@ -202,7 +202,6 @@ class ProcessCluster(DirectoryHere):
             self._registered[name].set()
 
     async def _lost(self, link: ReplicaLink) -> None:
-        link.fail(ReplicaUnavailable(f"replica {link.name} died"))
         if self._links.get(link.name) is link:
             del self._links[link.name]
         self.directory.failed(link.name, link.incarnation or None)
