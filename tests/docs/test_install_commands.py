@@ -4,6 +4,7 @@ test command, and the locks still satisfy pyproject.toml: a range edited without
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import tomllib
@@ -107,3 +108,14 @@ def test_the_server_installs_the_versions_the_tests_ran_on() -> None:
     assert served, SERVE_LOCK
     # markers may differ (a package one platform needs for another reason), versions not
     assert served - tested == set()
+
+
+def test_the_test_command_installs_the_javascript_clients_from_their_lock() -> None:
+    test = readme_commands()[1]
+    assert "npm ci --prefix tests/compat/js" in test  # ci installs exactly the lock
+    js = ROOT / "tests" / "compat" / "js"
+    manifest = json.loads((js / "package.json").read_text())
+    lock = json.loads((js / "package-lock.json").read_text())
+    for name, version in manifest["dependencies"].items():
+        assert re.fullmatch(r"\d+\.\d+\.\d+", version), (name, version)  # pinned, no range
+        assert lock["packages"][f"node_modules/{name}"]["version"] == version

@@ -148,3 +148,19 @@ def test_an_unknown_cluster_backend_names_the_known_ones(tmp_path: Path) -> None
     deploy.write_text("base_config: loopback.yaml\ncluster: {backend: threads, replicas: 2}\n")
     line = _error_line(_serve(str(deploy), "--port", "0"), CONFIG_ERROR_EXIT_CODE)
     assert "cluster.backend must be one of ray, processes" in line
+
+
+def test_a_certificate_without_its_key_is_a_usage_error(tmp_path: Path) -> None:
+    done = _serve("loopback", "--ssl-certfile", str(tmp_path / "cert.pem"))
+    line = _error_line(done, CONFIG_ERROR_EXIT_CODE)
+    assert "--ssl-certfile and --ssl-keyfile go together" in line
+
+
+def test_an_unreadable_certificate_is_found_before_any_model_loads(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("not a certificate\n")
+    key.write_text("not a key\n")
+    done = _serve("loopback", "--ssl-certfile", str(cert), "--ssl-keyfile", str(key))
+    line = _error_line(done, CONFIG_ERROR_EXIT_CODE)
+    assert "cannot serve TLS" in line and str(cert) in line
+    assert "Waiting for application startup" not in done.stderr

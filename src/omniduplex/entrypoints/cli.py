@@ -16,6 +16,7 @@ import dataclasses
 import errno
 import logging
 import socket
+import ssl
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -143,6 +144,25 @@ def check_port_free(host: str, port: int) -> None:
                 ) from exc
 
 
+def check_tls_files(certfile: str | None, keyfile: str | None) -> None:
+    """Fail at once, before any model loads, when the TLS flags cannot be served."""
+    if certfile is None and keyfile is None:
+        return
+    if certfile is None or keyfile is None:
+        raise StartupError(
+            "--ssl-certfile and --ssl-keyfile go together: pass both (or neither for plain "
+            "http/ws)",
+            exit_code=CONFIG_ERROR_EXIT_CODE,
+        )
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        raise StartupError(
+            f"cannot serve TLS with --ssl-certfile {certfile} --ssl-keyfile {keyfile}: {exc}",
+            exit_code=CONFIG_ERROR_EXIT_CODE,
+        ) from exc
+
+
 def _graceful_server_class() -> type:
     import uvicorn
 
@@ -195,8 +215,18 @@ def _graceful_server_class() -> type:
 MAX_FRAME_BYTES = 16 * 1024 * 1024
 
 
-def uvicorn_config(app: Any, *, host: str, port: int, log_level: str) -> Any:
-    """The uvicorn settings every omniduplex server runs with."""
+def uvicorn_config(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    log_level: str,
+    ssl_certfile: str | None = None,
+    ssl_keyfile: str | None = None,
+) -> Any:
+    """The uvicorn settings every omniduplex server runs with; with a certificate and its
+    key it serves TLS (https, wss), which some clients insist on (the ``openai`` npm
+    package's Realtime client connects only over wss)."""
     import uvicorn
 
     from .websocket_protocol import RealtimeWebSocketProtocol
@@ -210,6 +240,8 @@ def uvicorn_config(app: Any, *, host: str, port: int, log_level: str) -> Any:
         ws_max_size=MAX_FRAME_BYTES,
         # Audio in base64 does not compress; deflate would only burn CPU on every frame.
         ws_per_message_deflate=False,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
     )
 
 
@@ -235,6 +267,7 @@ def _run_server(args: argparse.Namespace, *, debug: bool) -> int:
     except (OSError, ValueError) as exc:
         raise StartupError(str(exc), exit_code=CONFIG_ERROR_EXIT_CODE) from exc
     check_port_free(args.host, args.port)
+    check_tls_files(args.ssl_certfile, args.ssl_keyfile)
     where = f"cannot start {pipeline.name} ({deploy_file})"
     try:
         app, cluster = _build_server_app(args, pipeline)
@@ -252,6 +285,8 @@ def _run_server(args: argparse.Namespace, *, debug: bool) -> int:
         host=args.host,
         port=args.port,
         log_level=args.log_level,
+        ssl_certfile=args.ssl_certfile,
+        ssl_keyfile=args.ssl_keyfile,
     )
     configure_server_logs([args.api_key] if args.api_key else [])  # uvicorn's handlers exist now
     server = _graceful_server_class()(
@@ -404,6 +439,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--api-key", default=None, help="require this key on every route")
     serve.add_argument("--max-sessions", type=int, default=None)
+    serve.add_argument(
+        "--ssl-certfile",
+        default=None,
+        metavar="PEM",
+        help="serve TLS (https://, wss://) with this certificate (chain); needs --ssl-keyfile",
+    )
+    serve.add_argument("--ssl-keyfile", default=None, metavar="PEM", help="the certificate's key")
     serve.add_argument(
         "--log-level",
         default="info",

@@ -6,6 +6,8 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import datetime
+import ipaddress
 import json
 import socket
 import threading
@@ -13,11 +15,16 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 import uvicorn
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from websockets.asyncio.client import connect
 
 from omniduplex.config.pipeline import load_deploy_config
@@ -35,20 +42,66 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@dataclasses.dataclass(frozen=True)
+class TlsFiles:
+    """A certificate (PEM) and its key, as ``omniduplex serve --ssl-certfile/--ssl-keyfile``
+    takes them."""
+
+    certfile: str
+    keyfile: str
+
+
+def self_signed_tls(directory: Path) -> TlsFiles:
+    """A fresh self-signed certificate for 127.0.0.1 and localhost, written to
+    ``directory``; a client trusts it by taking ``certfile`` as its CA (Node:
+    ``NODE_EXTRA_CA_CERTS``)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    certfile, keyfile = directory / "cert.pem", directory / "key.pem"
+    certfile.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    keyfile.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return TlsFiles(str(certfile), str(keyfile))
+
+
 @dataclasses.dataclass
 class RunningServer:
     port: int
     app: Any
     server: uvicorn.Server
     thread: threading.Thread
+    tls: bool = False
 
     @property
     def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/realtime"
+        return f"{'wss' if self.tls else 'ws'}://127.0.0.1:{self.port}/v1/realtime"
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def handler(self) -> Any:
@@ -57,7 +110,11 @@ class RunningServer:
 
 @contextlib.contextmanager
 def run_server(
-    deployment: str = "loopback-fast", *, api_key: str | None = None, **duplex_session: Any
+    deployment: str = "loopback-fast",
+    *,
+    api_key: str | None = None,
+    tls: TlsFiles | None = None,
+    **duplex_session: Any,
 ) -> Iterator[RunningServer]:
     pipeline = load_deploy_config(deployment)
     if duplex_session:
@@ -65,15 +122,23 @@ def run_server(
         pipeline = dataclasses.replace(pipeline, duplex_session=merged)
     model_name = pipeline.served_model_name or pipeline.name
     app = build_app(DuplexOmni(pipeline), api_key=api_key, model_name=model_name)
-    with run_app(app) as running:
+    with run_app(app, tls=tls) as running:
         yield running
 
 
 @contextlib.contextmanager
-def run_app(app: Any) -> Iterator[RunningServer]:
-    """Serve an app built by ``build_app`` on a free loopback port, in a thread."""
+def run_app(app: Any, *, tls: TlsFiles | None = None) -> Iterator[RunningServer]:
+    """Serve an app built by ``build_app`` on a free loopback port, in a thread (over TLS
+    with ``tls``)."""
     port = free_port()
-    config = uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning")
+    config = uvicorn_config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        ssl_certfile=tls.certfile if tls else None,
+        ssl_keyfile=tls.keyfile if tls else None,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -83,7 +148,7 @@ def run_app(app: Any) -> Iterator[RunningServer]:
             raise RuntimeError("server did not start")
         time.sleep(0.02)
     try:
-        yield RunningServer(port, app, server, thread)
+        yield RunningServer(port, app, server, thread, tls=tls is not None)
     finally:
         server.should_exit = True
         thread.join(TIMEOUT_S)
