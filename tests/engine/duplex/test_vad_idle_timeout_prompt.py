@@ -163,6 +163,27 @@ async def test_speech_restarts_the_silence() -> None:
     assert timeouts[0].audio_end_ms - timeouts[0].audio_start_ms >= IDLE_MS
 
 
+async def test_a_response_between_appends_restarts_the_silence() -> None:
+    # The client stops streaming, has the model speak (typed text), then streams silence:
+    # no append saw that response in progress, yet the silence starts after it.
+    async with DuplexOmni(deployment("loopback-fast")) as omni:
+        user = await _open(omni, _vad(idle_timeout_ms=IDLE_MS))
+        reply_ms = _audio_ms(await _answered(user))
+        user.send(reply_ms + IDLE_MS - 1000)
+        await user.synced()
+        text = {"type": "input_text", "text": "one more thing"}
+        item = {"type": "message", "role": "user", "content": [text]}
+        user.handle.submit(command({"type": "conversation.item.create", "item": item}))
+        user.handle.submit(command({"type": "response.create"}))
+        typed_ms = _audio_ms(await user.reader.until(response_done()))
+        silence_from = user.position_ms + typed_ms
+        user.send(typed_ms + IDLE_MS)
+        events = await user.until(TIMEOUT)
+        await user.handle.close()
+    assert [e.type for e in events].count(TIMEOUT) == 1
+    assert events[-1].audio_start_ms == silence_from
+
+
 async def test_no_prompt_before_anyone_spoke() -> None:
     async with DuplexOmni(deployment("loopback-fast")) as omni:
         user = await _open(omni, _vad(idle_timeout_ms=IDLE_MS))

@@ -12,7 +12,10 @@ a wake-up of the loop), which made up over a third of the server's CPU per event
 
 An append is refused whole, before turn detection sees it, when it would take the turn
 past ``max_turn_s`` (``input_audio_buffer_full``) or the server's input audio past its
-budget (``server_input_audio_full``, ``input_budget.py``)."""
+budget (``server_input_audio_full``, ``input_budget.py``).
+
+Under server VAD each append also feeds the session's idle watch (``idle_timeout.py``):
+a silence past ``idle_timeout_ms`` is committed as an empty user turn and answered."""
 
 from __future__ import annotations
 
