@@ -1,4 +1,4 @@
-"""A realistic instance (or several) of every one of the 45 duplex event classes.
+"""A realistic instance (or several) of every one of the 46 duplex event classes.
 
 Tier 1 payloads come from the realtime samples module, loaded by path: test folders
 are not packages, and the duplex vocabulary builds on the realtime one anyway.

@@ -289,7 +289,7 @@ _CONTENT = {"response_id": RESPONSE_ID, "item_id": ASSISTANT_ITEM_ID}
 
 
 def tier1_samples() -> list[RealtimeEvent]:
-    """At least one realistic instance of each of OpenAI's 31 events."""
+    """At least one realistic instance of each of OpenAI's 34 events."""
     samples: list[RealtimeEvent] = [
         rt.SessionCreated(session=session_object()),
         rt.SessionCreated(session=vad_g711_session()),
@@ -299,6 +299,9 @@ def tier1_samples() -> list[RealtimeEvent]:
         rt.InputAudioBufferSpeechStopped(audio_end_ms=0, item_id=USER_ITEM_ID),
         rt.InputAudioBufferCommitted(previous_item_id=None, item_id=USER_ITEM_ID),
         rt.InputAudioBufferCommitted(previous_item_id="item_prev", item_id=USER_ITEM_ID),
+        rt.InputAudioBufferTimeoutTriggered(
+            audio_start_ms=4200, audio_end_ms=9220, item_id=USER_ITEM_ID
+        ),
         rt.InputAudioBufferCleared(),
         rt.OutputAudioBufferStarted(response_id=RESPONSE_ID),
         rt.OutputAudioBufferStopped(response_id=RESPONSE_ID),

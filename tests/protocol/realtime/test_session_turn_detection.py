@@ -49,6 +49,16 @@ ACCEPTED: list[tuple[str, Any, dict[str, Any] | None]] = [
     ),
     ("interrupt_response true", {"type": "server_vad", "interrupt_response": True}, DEFAULTS),
     ("OpenAI idle timeout left unset", {"type": "server_vad", "idle_timeout_ms": None}, DEFAULTS),
+    (
+        "idle timeout at OpenAI's lower bound",
+        {"type": "server_vad", "idle_timeout_ms": 5000},
+        {**DEFAULTS, "idle_timeout_ms": 5000},
+    ),
+    (
+        "idle timeout at OpenAI's upper bound, as a whole float",
+        {"type": "server_vad", "idle_timeout_ms": 30000.0},
+        {**DEFAULTS, "idle_timeout_ms": 30000},
+    ),
     ("null values mean defaults", {"type": "server_vad", "threshold": None}, DEFAULTS),
     ("bare semantic_vad: eagerness auto", {"type": "semantic_vad"}, SEMANTIC),
     *[
@@ -114,6 +124,11 @@ REFUSED: list[tuple[str, Any, str]] = [
         {"type": "semantic_vad", "idle_timeout_ms": 1000},
         "turn_detection.idle_timeout_ms",
     ),
+    (
+        "semantic_vad idle timeout in server_vad's range (OpenAI: server_vad only)",
+        {"type": "semantic_vad", "idle_timeout_ms": 5000},
+        "turn_detection.idle_timeout_ms",
+    ),
     ("threshold too low", {"type": "server_vad", "threshold": 0.15}, "turn_detection.threshold"),
     ("threshold zero", {"type": "server_vad", "threshold": 0}, "turn_detection.threshold"),
     ("threshold above one", {"type": "server_vad", "threshold": 1.01}, "turn_detection.threshold"),
@@ -155,8 +170,28 @@ REFUSED: list[tuple[str, Any, str]] = [
         "turn_detection.interrupt_response",
     ),
     (
-        "idle timeout set",
-        {"type": "server_vad", "idle_timeout_ms": 5000},
+        "idle timeout below OpenAI's 5 s",
+        {"type": "server_vad", "idle_timeout_ms": 4999},
+        "turn_detection.idle_timeout_ms",
+    ),
+    (
+        "idle timeout above OpenAI's 30 s",
+        {"type": "server_vad", "idle_timeout_ms": 30001},
+        "turn_detection.idle_timeout_ms",
+    ),
+    (
+        "idle timeout not an integer",
+        {"type": "server_vad", "idle_timeout_ms": 6000.5},
+        "turn_detection.idle_timeout_ms",
+    ),
+    (
+        "idle timeout a string",
+        {"type": "server_vad", "idle_timeout_ms": "6000"},
+        "turn_detection.idle_timeout_ms",
+    ),
+    (
+        "idle timeout a bool",
+        {"type": "server_vad", "idle_timeout_ms": True},
         "turn_detection.idle_timeout_ms",
     ),
 ]
@@ -233,3 +268,11 @@ def test_overlap_policy_consistency(session: dict[str, Any], detection: Any, ref
 def test_overlap_policy_without_turn_detection_is_engine_state() -> None:
     # The session's current detection is not in the patch: nothing to contradict here.
     check_overlap_policy({"overlap_policy": "barge_in_on_speech"}, None, present=False)
+
+
+def test_an_idle_timeout_refusal_names_the_ga_location() -> None:
+    field = "audio.input.turn_detection"
+    with pytest.raises(RealtimeProtocolError) as caught:
+        validate_turn_detection({"type": "server_vad", "idle_timeout_ms": 100}, field=field)
+    assert caught.value.param == "audio.input.turn_detection.idle_timeout_ms"
+    assert "5000 to 30000" in caught.value.message

@@ -150,6 +150,8 @@ class ResponseRequest:
     response_id: str
     input_audio: np.ndarray
     input_text: str
+    # Chat messages (``ConversationStore.messages``); a user message with ``silent_ms``
+    # and no content is an idle timeout's empty turn: the user said nothing that long.
     history: Sequence[Mapping[str, Any]]
     options: Mapping[str, Any] = field(default_factory=dict)
     # The session's settings in force (``SessionSettings.as_model_config``): a

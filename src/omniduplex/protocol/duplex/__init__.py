@@ -50,6 +50,7 @@ from ..realtime.session import (
 )
 from ..realtime.session_patch import FieldRejection, PartialUpdate, apply_partially
 from ..realtime.turn_detection import (
+    IDLE_TIMEOUT_KEY,
     check_overlap_policy,
     overlap_policy_for,
     turn_detection_of,
@@ -64,6 +65,7 @@ __all__ = [
     "DEFAULT_INPUT_RATE_HZ",
     "DEFAULT_OUTPUT_RATE_HZ",
     "ERROR_CLASS_BY_CODE",
+    "IDLE_TIMEOUT_KEY",
     "INPUT_AUDIO_FORMATS",
     "OUTPUT_AUDIO_FORMATS",
     "PERMISSIVE_CAPABILITIES",

@@ -1,6 +1,6 @@
-"""The whole server-event vocabulary a duplex consumer uses: 45 classes.
+"""The whole server-event vocabulary a duplex consumer uses: 46 classes.
 
-* Tier 1 (23): OpenAI's events re-exported unchanged from ``protocol.realtime.events``.
+* Tier 1 (26): OpenAI's events re-exported unchanged from ``protocol.realtime.events``.
 * Tier 2 (8): OpenAI names carrying our additive keys. Each subclasses its Tier 1 twin
   under the same class name and declares only the fields it adds, so the OpenAI surface
   stays pure and a stock client simply ignores the extra keys.
@@ -36,6 +36,7 @@ from ..realtime.events import (
     InputAudioBufferCleared,
     InputAudioBufferSpeechStarted,
     InputAudioBufferSpeechStopped,
+    InputAudioBufferTimeoutTriggered,
     OutputAudioBufferCleared,
     OutputAudioBufferStarted,
     OutputAudioBufferStopped,
@@ -224,6 +225,7 @@ TIER1_EVENT_CLASSES: Final[tuple[type[RealtimeEvent], ...]] = (
     SessionUpdated,
     InputAudioBufferSpeechStarted,
     InputAudioBufferSpeechStopped,
+    InputAudioBufferTimeoutTriggered,
     InputAudioBufferCleared,
     OutputAudioBufferStarted,
     OutputAudioBufferStopped,
@@ -257,7 +259,7 @@ TIER2_EVENT_CLASSES: Final[tuple[type[RealtimeEvent], ...]] = (
     ConversationItemTruncated,
     ErrorEvent,
 )
-#: All 45 classes a duplex session can emit.
+#: All 46 classes a duplex session can emit.
 DUPLEX_EVENT_CLASSES: Final = TIER1_EVENT_CLASSES + TIER2_EVENT_CLASSES + TIER3_EVENT_CLASSES
 
 #: Every accepted wire type (GA and beta spellings) -> the class the duplex surface uses.
@@ -349,6 +351,7 @@ __all__ = [
     "InputAudioBufferCommitted",
     "InputAudioBufferSpeechStarted",
     "InputAudioBufferSpeechStopped",
+    "InputAudioBufferTimeoutTriggered",
     "OutputAudioBufferCleared",
     "OutputAudioBufferStarted",
     "OutputAudioBufferStopped",

@@ -1,6 +1,6 @@
-"""OpenAI's 33 Realtime server events as typed events (Tier 1).
+"""OpenAI's 34 Realtime server events as typed events (Tier 1).
 
-23 of them are what a duplex session sends unchanged; 8 (``session.created``,
+26 of them are what a duplex session sends unchanged; 8 (``session.created``,
 ``response.created``, ``response.done``, ``response.output_audio.delta``,
 ``input_audio_buffer.committed``, ``conversation.item.deleted``,
 ``conversation.item.truncated``, ``error``) are extended by Tier 2 twins in
@@ -96,6 +96,21 @@ class InputAudioBufferCommitted(RealtimeEvent):
     beta_type: ClassVar[str | None] = "input_audio_buffer.committed"
 
     previous_item_id: str | None = None
+    item_id: str
+
+
+@dataclass(kw_only=True, slots=True)
+class InputAudioBufferTimeoutTriggered(RealtimeEvent):
+    """The user stayed quiet for server VAD's ``idle_timeout_ms`` after the assistant's
+    audio played out: ``[audio_start_ms, audio_end_ms)`` of the input clock is that
+    silence, committed next as the user item ``item_id``. GA only: the beta SDK's union
+    has no such event, so a beta client sees the commit and the response alone."""
+
+    type: ClassVar[str] = "input_audio_buffer.timeout_triggered"
+    beta_type: ClassVar[str | None] = None
+
+    audio_start_ms: int
+    audio_end_ms: int
     item_id: str
 
 
@@ -318,6 +333,7 @@ REALTIME_EVENT_CLASSES: tuple[type[RealtimeEvent], ...] = (
     InputAudioBufferSpeechStarted,
     InputAudioBufferSpeechStopped,
     InputAudioBufferCommitted,
+    InputAudioBufferTimeoutTriggered,
     InputAudioBufferCleared,
     OutputAudioBufferStarted,
     OutputAudioBufferStopped,
@@ -364,6 +380,7 @@ __all__ = [
     "InputAudioBufferCommitted",
     "InputAudioBufferSpeechStarted",
     "InputAudioBufferSpeechStopped",
+    "InputAudioBufferTimeoutTriggered",
     "OutputAudioBufferCleared",
     "OutputAudioBufferStarted",
     "OutputAudioBufferStopped",

@@ -51,16 +51,18 @@ SEMANTIC_VAD_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType(
 )
 EAGERNESS: Final = ("low", "medium", "high", "auto")
 _DURATION_KEYS: Final = ("prefix_padding_ms", "silence_duration_ms", "min_speech_duration_ms")
-# OpenAI's server_vad key; we have no idle-timeout prompt, so only null is accepted.
-_IDLE_TIMEOUT_KEY: Final = "idle_timeout_ms"
-TURN_DETECTION_KEYS: Final[frozenset[str]] = frozenset(TURN_DETECTION_DEFAULTS) | {
-    _IDLE_TIMEOUT_KEY
-}
+# OpenAI's server_vad key: after this much silence following the assistant's audio, the
+# user is prompted (``engine/duplex/session/idle_timeout.py``). OpenAI's API reference
+# bounds it to 5 to 30 s; it is absent from the echo unless the client set it. OpenAI
+# serves it under server_vad only: semantic_vad takes null alone.
+IDLE_TIMEOUT_KEY: Final = "idle_timeout_ms"
+IDLE_TIMEOUT_RANGE_MS: Final = (5000, 30000)
+TURN_DETECTION_KEYS: Final[frozenset[str]] = frozenset(TURN_DETECTION_DEFAULTS) | {IDLE_TIMEOUT_KEY}
 # Under semantic_vad the VAD still finds candidate ends of speech: its threshold, padding and
 # minimum speech are ours to tune. silence_duration_ms is not (eagerness sets the wait).
 _SEMANTIC_TUNING_KEYS: Final = ("threshold", "prefix_padding_ms", "min_speech_duration_ms")
 SEMANTIC_VAD_KEYS: Final[frozenset[str]] = (
-    frozenset(SEMANTIC_VAD_DEFAULTS) | frozenset(_SEMANTIC_TUNING_KEYS) | {_IDLE_TIMEOUT_KEY}
+    frozenset(SEMANTIC_VAD_DEFAULTS) | frozenset(_SEMANTIC_TUNING_KEYS) | {IDLE_TIMEOUT_KEY}
 )
 # Below this Silero fires on breathing and room noise.
 MIN_THRESHOLD_EXCLUSIVE: Final = 0.15
@@ -148,9 +150,23 @@ def validate_turn_detection(raw: Any, *, field: str = "turn_detection") -> dict[
             "use turn_detection=null for model-owned listen/speak",
             f"{field}.interrupt_response",
         )
-    if raw.get(_IDLE_TIMEOUT_KEY) is not None:
-        raise _refuse(f"{field}.{_IDLE_TIMEOUT_KEY} is unsupported", f"{field}.{_IDLE_TIMEOUT_KEY}")
+    idle_timeout = raw.get(IDLE_TIMEOUT_KEY)
+    if idle_timeout is not None:
+        out[IDLE_TIMEOUT_KEY] = _idle_timeout_ms(idle_timeout, field, semantic=semantic)
     return out
+
+
+def _idle_timeout_ms(value: Any, field: str, *, semantic: bool) -> int:
+    """A valid ``idle_timeout_ms`` as an int; refused naming ``<field>.idle_timeout_ms``."""
+    param = f"{field}.{IDLE_TIMEOUT_KEY}"
+    if semantic:
+        raise _refuse(f"{param} is supported under server_vad only (OpenAI's rule)", param)
+    low, high = IDLE_TIMEOUT_RANGE_MS
+    integral = is_number(value) and float(value).is_integer()
+    if not integral or not low <= value <= high:
+        message = f"{param} must be an integer from {low} to {high} (got {quote(value)})"
+        raise _refuse(message, param)
+    return int(value)
 
 
 def overlap_policy_for(turn_detection: Mapping[str, Any] | None) -> str:

@@ -31,6 +31,8 @@ class StoredItem:
     marks: list[dict[str, int]] = field(default_factory=list)
     response_id: str | None = None
     input_commit_seq: int = 0
+    # An empty user turn committed by ``idle_timeout_ms``: the user said nothing this long.
+    silent_ms: int | None = None
 
 
 class ConversationStore:
@@ -79,7 +81,8 @@ class ConversationStore:
     def messages(self) -> list[dict[str, Any]]:
         """History as chat messages (role + content) for models that read history; a
         function call is an assistant message with ``tool_calls``, its output a
-        ``role: tool`` message naming the call."""
+        ``role: tool`` message naming the call; an idle timeout's empty user turn is a user
+        message with no content and ``silent_ms`` (how long the user said nothing)."""
         out: list[dict[str, Any]] = []
         for stored in self._items.values():
             item = stored.item
@@ -109,6 +112,9 @@ class ConversationStore:
             ).strip()
             if text:
                 out.append({"role": str(item.get("role", "user")), "content": text})
+            elif stored.silent_ms is not None:
+                # The user went quiet: a model must know it was asked to speak into that.
+                out.append({"role": "user", "content": "", "silent_ms": stored.silent_ms})
         return out
 
     def function_call(self, call_id: str) -> StoredItem | None:

@@ -67,6 +67,13 @@ class SessionEmitter:
     def speech_stopped(self, audio_end_ms: int, item_id: str | None) -> None:
         self.emit(ev.InputAudioBufferSpeechStopped(audio_end_ms=audio_end_ms, item_id=item_id))
 
+    def timeout_triggered(self, audio_start_ms: int, audio_end_ms: int, item_id: str) -> None:
+        self.emit(
+            ev.InputAudioBufferTimeoutTriggered(
+                audio_start_ms=audio_start_ms, audio_end_ms=audio_end_ms, item_id=item_id
+            )
+        )
+
     def input_cleared(self) -> None:
         self.emit(ev.InputAudioBufferCleared())
 

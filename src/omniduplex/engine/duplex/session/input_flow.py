@@ -12,7 +12,10 @@ a wake-up of the loop), which made up over a third of the server's CPU per event
 
 An append is refused whole, before turn detection sees it, when it would take the turn
 past ``max_turn_s`` (``input_audio_buffer_full``) or the server's input audio past its
-budget (``server_input_audio_full``, ``input_budget.py``)."""
+budget (``server_input_audio_full``, ``input_budget.py``).
+
+Under server VAD each append also feeds the session's idle watch (``idle_timeout.py``):
+a silence past ``idle_timeout_ms`` is committed as an empty user turn and answered."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ....protocol.duplex import (
+    IDLE_TIMEOUT_KEY,
     InputAudioConverter,
     RealtimeProtocolError,
     apply_partially,
@@ -34,6 +38,7 @@ from ..plugin import DuplexRuntimeConfigError, ModelInputTranscript
 from ..settings import SessionSettings
 from .context import SessionContext
 from .conversation import StoredItem
+from .idle_timeout import IdleTimeout
 from .input_budget import AppendReservation, InputAudioBudget, InputAudioHold
 from .lease import LeaseActivity
 from .live_transcript import LiveTranscription
@@ -269,6 +274,7 @@ class InputFlow:
                 turn.transcript_hints.append(hint)
         if decoded.detector is not None:
             self._accept_with_vad(decoded)
+            self._watch_idle(decoded.detector, start_ms)
         else:
             is_speech = command.is_speech
             if is_speech is None:
@@ -352,6 +358,37 @@ class InputFlow:
             self._announce_speech()
         if not detector.speaking and not self.session.input.speech_active:
             self._forget_old_silence(self.session.input, detector.prefix_padding_ms)
+
+    def _watch_idle(self, detector: TurnDetector, start_ms: int) -> None:
+        """Server VAD's ``idle_timeout_ms`` (``idle_timeout.py``): this append either
+        found someone on the floor or extends the silence, which may time out now."""
+        session = self.session
+        watch = session.idle
+        if (
+            detector.speaking
+            or session.input.speech_active
+            or self._held is not None
+            or session.response is not None
+            or self.ctx.playback.playing  # the reply's audio is still playing out
+        ):
+            watch.floor_taken()
+            return
+        timeout_ms = (session.settings.turn_detection or {}).get(IDLE_TIMEOUT_KEY)
+        expired = watch.silence(start_ms, self._position * 1000 // self.rate_hz, timeout_ms)
+        if expired is not None:
+            answer = self._time_out(expired)
+            if answer is not None:
+                self.ctx.tell(answer)
+
+    def _time_out(self, expired: IdleTimeout) -> AnswerTurn | None:
+        """The user stayed quiet: OpenAI says so, commits the silent segment as an empty
+        user item and answers it when ``create_response`` is on."""
+        settings = self.session.settings
+        turn = self.session.input
+        turn.item_id = turn.item_id or new_item_id()
+        self.out.timeout_triggered(expired.audio_start_ms, expired.audio_end_ms, turn.item_id)
+        create = settings.turn_detection.get("create_response", True)
+        return self.commit(create_response=bool(create), event_id=None, vad=True, silence=expired)
 
     def _announce_speech(self) -> None:
         """The turn's speech is announced (``speech_started``) and, over a reply, barges
@@ -450,9 +487,11 @@ class InputFlow:
         event_id: str | None,
         is_speech: bool | None = None,
         vad: bool = False,
+        silence: IdleTimeout | None = None,
     ) -> AnswerTurn | None:
         """Commit the turn as a user item; returns the response that answers it when one
-        is due now (the caller has the runner start it)."""
+        is due now (the caller has the runner start it). ``silence``: the turn is the
+        silence an idle timeout ended, answered as such (no speech, yet a response)."""
         session = self.session
         settings = session.settings
         turn = session.input
@@ -482,6 +521,8 @@ class InputFlow:
             )
             return None
         speech = turn.has_speech if is_speech is None else is_speech
+        if silence is not None:
+            speech = False
         item_id = turn.item_id or new_item_id()
         if turn.speech_active and not vad:
             self.out.speech_stopped(self._position * 1000 // self.rate_hz, item_id)
@@ -505,11 +546,24 @@ class InputFlow:
         if self.turns is not None:
             with self._input_lock:
                 self.turns.reset(self._position)
-        previous = session.items.add(StoredItem(item=item, input_commit_seq=session.commit_seq + 1))
+        stored = StoredItem(
+            item=item,
+            input_commit_seq=session.commit_seq + 1,
+            silent_ms=None if silence is None else silence.silent_ms,
+        )
+        previous = session.items.add(stored)
         session.commit_seq += 1
         session.advance(TurnStep.USER_COMMIT)
         self.out.user_item_committed(item, previous, transcript if speech else "")
         live = self.live
+        if silence is not None:
+            live.abort()
+            if not create_response:
+                return None
+            # The model hears of the silence through history (``silent_ms``), not its
+            # samples: an ASR makes words of silence (Whisper's "Thank you.").
+            session.committed_input = np.zeros(0, dtype=np.float32)
+            return AnswerTurn()
         if not speech:
             live.abort()
             self.out.listen("silence_or_noise", None)
@@ -629,6 +683,8 @@ class InputFlow:
             # stage 0 with the first streamed unit; until then a session.update (the usual
             # autostart flow: session.created, session.update, audio) rebuilds that state.
             session.model_state = plugin.create_session_state(updated.as_model_config())
+        if previous.turn_detection is None and updated.turn_detection is not None:
+            session.idle.restart()  # no VAD saw whether the user spoke meanwhile
         if updated.turn_detection != previous.turn_detection:
             # Only a change of turn detection restarts it: an update of anything else
             # while the user speaks must not lose the speech in progress.

@@ -176,6 +176,10 @@ class Playback:
             self._wake(clock.played_out_at())
         elif status == "completed" and clock.paced and clock.started:
             self.out.output_audio_stopped(response.response_id)
+        elif status == "completed" and not clock.paced and response.wants_audio:
+            # Nothing here knows what the client has played: OpenAI's estimate, the
+            # audio's whole duration from response.done, is when the user may be idle.
+            self.session.idle.response_unheard(round(response.audio_ms))
 
     def abandon(self) -> None:
         """The session closes: nothing more plays."""

@@ -152,6 +152,7 @@ class ResponseFlow:
             session.settings.output_rate_hz,
         )
         self.playback.begin(response)
+        session.idle.floor_taken()
         session.advance(TurnStep.RESPONSE_START, response)
         session.response_counter += 1
         session.last_response_id = response_id

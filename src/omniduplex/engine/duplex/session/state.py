@@ -19,6 +19,7 @@ from ..capabilities import DuplexCapabilities
 from ..contracts import DuplexFence
 from .arrival_jitter import ArrivalJitter
 from .conversation import ConversationStore
+from .idle_timeout import IdleWatch
 from .lease import DuplexLeaseState
 
 # ``response.usage`` counts one audio token per started stretch of this many ms.
@@ -259,6 +260,8 @@ class DuplexEngineSession:
     response_counter: int = 0
     request_ids: set[str] = field(default_factory=set)
     arrival_jitter: ArrivalJitter = field(default_factory=ArrivalJitter)
+    # The silence since the floor was last taken (server VAD's ``idle_timeout_ms``).
+    idle: IdleWatch = field(default_factory=IdleWatch)
     # Written only by ``advance``: read them as ``turn_state`` and ``response``.
     _turn_state: TurnState = field(default=TurnState.IDLE, init=False)
     _response: ActiveResponse | None = field(default=None, init=False)

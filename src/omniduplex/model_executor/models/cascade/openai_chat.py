@@ -28,7 +28,9 @@ def chat_messages(
 ) -> list[dict[str, Any]]:
     """The session's instructions (or, when it set none, the deployment's system prompt),
     history (function calls and their outputs included), then the user's turn. A client's
-    instructions replace the default prompt, as OpenAI's Realtime API does."""
+    instructions replace the default prompt, as OpenAI's Realtime API does. An idle
+    timeout's empty user turn (``silent_ms``) says in words that the user stayed silent,
+    so a model answering it checks in rather than answering nothing."""
     system = instructions.strip() if instructions and instructions.strip() else system_prompt
     messages: list[dict[str, Any]] = [{"role": "system", "content": system.strip()}]
     for message in history:
@@ -42,10 +44,23 @@ def chat_messages(
             messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
         elif role in ("user", "assistant", "system") and content:
             messages.append({"role": role, "content": content})
+        elif role == "user" and message.get("silent_ms") is not None:
+            messages.append({"role": "user", "content": silence_note(message["silent_ms"])})
     last = messages[-1]
     if user and not (last["role"] == "user" and str(last["content"]).strip() == user.strip()):
         messages.append({"role": "user", "content": user})
     return messages
+
+
+def silence_note(silent_ms: Any) -> str:
+    """An idle timeout's empty user turn, as the words a chat model reads for it."""
+    seconds = round(float(silent_ms) / 1000.0)
+    return f"(The user has said nothing for {seconds} seconds.)"
+
+
+def went_quiet(history: Sequence[Mapping[str, Any]]) -> bool:
+    """The turn to answer is an idle timeout's: the user said nothing."""
+    return bool(history) and history[-1].get("silent_ms") is not None
 
 
 def chat_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

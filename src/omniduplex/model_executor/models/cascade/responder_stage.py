@@ -38,9 +38,9 @@ from omniduplex.engine.stage import StageInput, StageModel, StageOutput
 from .engines import responder_engine
 from .local_llm import LocalChatResponder
 from .local_tools import ToolCallPiece
-from .openai_chat import OpenAIChatResponder, ResponderError, chat_messages
+from .openai_chat import OpenAIChatResponder, ResponderError, chat_messages, went_quiet
 from .options import CascadeOptions
-from .rule_responder import NOT_UNDERSTOOD, RuleResponder
+from .rule_responder import NOT_UNDERSTOOD, STILL_THERE, RuleResponder
 from .spoken_text import SpokenText
 
 # How often the idle stage looks for tokens a backend thread queued.
@@ -195,6 +195,9 @@ class ResponderStageModel(StageModel):
         if meta.get("opening") and not user:
             self._open_conversation(request_id, reply)
             return
+        if not user and went_quiet(meta.get("history") or ()):
+            self._check_in(request_id, reply)
+            return
         if not user and not meta.get("heard_audio"):
             # A turn without speech (noise the energy detector took for speech) or empty.
             reason = "no_speech" if meta.get("input_audio_s") else "no_input"
@@ -236,6 +239,17 @@ class ResponderStageModel(StageModel):
             text = self.rules.opening(history)
             reply.outbox.put({"kind": "reply", "text": text, "final": True, "_final": True})
             return
+        messages = chat_messages(self.options.system_prompt, meta.get("instructions"), history, "")
+        self._start_llm(request_id, reply, messages)
+
+    def _check_in(self, request_id: str, reply: _Reply) -> None:
+        """The user stayed silent past the idle timeout: prompt them to go on (the LLM
+        reads the silence from history, ``chat_messages``)."""
+        meta = reply.meta
+        if self.llm is None:
+            reply.outbox.put({"kind": "reply", "text": STILL_THERE, "final": True, "_final": True})
+            return
+        history = meta.get("history") or ()
         messages = chat_messages(self.options.system_prompt, meta.get("instructions"), history, "")
         self._start_llm(request_id, reply, messages)
 

@@ -6,7 +6,8 @@ word of its name (split at ``_`` and ``-``) is among the user's words (``check_w
 for "check the weather please"), or when ``tool_choice`` names it or is ``required`` (the
 first tool); its arguments give every string property the tool's schema declares the
 user's whole sentence. Asked to speak after a tool's output (the history ends with it),
-it speaks that output: a JSON object as its values, anything else as it is.
+it speaks that output: a JSON object as its values, anything else as it is. To a user
+who stayed silent past the idle timeout it says ``STILL_THERE``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ NOT_UNDERSTOOD = "Sorry, I did not understand that."
 # again with nothing new from the user.
 GREETING = "Hello! How can I help you?"
 ANYTHING_ELSE = "Is there anything else I can help you with?"
+# Its words to a user who stayed silent past the session's idle_timeout_ms.
+STILL_THERE = "Are you still there?"
 
 
 def _words(text: str) -> set[str]:

@@ -3,6 +3,10 @@
 The engine buffers a turn (``streams_input`` is False) and hands it over when a response
 starts; ``plan_response`` turns it into the one stage input of ``LoopbackStageModel`` and
 the data plane turns each stage output back into a model result.
+
+A response to the empty user turn an idle timeout committed (history ends with a user
+message carrying ``silent_ms``) checks in: one tone per word of ``IDLE_CHECK_IN``, so a
+test hears the user prompted, deterministically.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from omniduplex.engine.duplex.plugin import (
 )
 
 from .options import LoopbackOptions
+
+# What loopback says to a user who went quiet (``idle_timeout_ms``), as tones.
+IDLE_CHECK_IN = "are you still there"
 
 _MODALITIES = frozenset({"audio", "text"})
 
@@ -131,9 +138,14 @@ class LoopbackDuplexPlugin(DuplexModelPlugin):
             or request.session.get("modalities")
             or ("text", "audio")
         )
+        text = request.input_text or None
+        history = request.history
+        went_quiet = bool(history) and history[-1].get("silent_ms") is not None
+        if text is None and not len(request.input_audio) and went_quiet:
+            text = IDLE_CHECK_IN
         return {
             "audio": np.asarray(request.input_audio, dtype=np.float32),
-            "text": request.input_text or None,
+            "text": text,
             "response_id": request.response_id,
             "with_audio": "audio" in modalities,
         }
