@@ -103,7 +103,12 @@ def test_the_double_has_upstreams_signatures() -> None:
         ),
         (
             lambda d: d.streaming_prefill(audio_waveform=FIRST, frame_list=["jpeg"]),
-            "no vision",
+            "RGB PIL images",
+        ),
+        (lambda d: d.streaming_prefill(audio_waveform=FIRST, frame_list=[]), "non-empty"),
+        (
+            lambda d: d.streaming_prefill(audio_waveform=FIRST, text_list=["hi"]),
+            "no text input",
         ),
     ],
 )
@@ -256,8 +261,8 @@ def test_capabilities_are_model_native_with_barge_in_and_1s_units() -> None:
     assert caps["implementation_level"] == "model_native_duplex"
     assert caps["chunk_period_ms"] == 1000
     assert caps["supports_barge_in"] is True
-    assert caps["supports_image_input"] is False
-    assert caps["optional_input_modalities"] == []
+    assert caps["supports_image_input"] is True
+    assert caps["optional_input_modalities"] == ["video"]
     assert caps["input_sample_rate_hz"] == 16_000 and caps["output_sample_rate_hz"] == 24_000
 
 

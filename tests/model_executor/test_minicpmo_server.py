@@ -276,6 +276,8 @@ async def test_bad_sampling_voice_and_video_frames_get_typed_errors(server) -> N
         )
         error = await client.recv()
         assert error["type"] == "error"
-        assert error["error"]["code"] == "invalid_input_modality"
+        # A JPEG signature with no image behind it: the model decodes frames on arrival.
+        assert error["error"]["code"] == "invalid_video_frames"
+        assert error["error"]["param"] == "video_frames"
         assert error["error"]["type"] == "invalid_request_error"
         await client.send({"type": "session.close"})
