@@ -367,3 +367,31 @@ async def test_an_unreadable_image_is_refused_and_never_reaches_the_model(server
         assert double_of(factory).prefill_frames == [[], []]
         await client.send({"type": "session.close"})
     assert not factory.violations
+
+
+async def test_history_holds_at_most_eight_images(server) -> None:
+    png = base64.b64encode(image_bytes("PNG", (5, 5, 5))).decode()
+
+    def item() -> dict:
+        part = {"type": "input_image", "image_url": f"data:image/png;base64,{png}"}
+        return {"type": "message", "role": "user", "content": [part]}
+
+    async with wire(server.ws_url + URL_QUERY) as client:
+        await open_session(client)
+        for _ in range(8):
+            await client.send({"type": "conversation.item.create", "item": item()})
+            done = (await client.until(("conversation.item.done", "error")))[-1]
+            assert done["type"] == "conversation.item.done", done
+        await client.send({"type": "conversation.item.create", "item": item()})
+        error = await client.recv()
+        assert error["type"] == "error", error
+        assert error["error"]["code"] == "input_backpressure"
+        assert error["error"]["type"] == "rate_limit_error"
+        assert error["error"]["param"] == "item.content[0]"
+        # Deleting an image item makes room again.
+        await client.send({"type": "conversation.item.delete", "item_id": done["item"]["id"]})
+        assert (await client.recv())["type"] == "conversation.item.deleted"
+        await client.send({"type": "conversation.item.create", "item": item()})
+        done = (await client.until(("conversation.item.done", "error")))[-1]
+        assert done["type"] == "conversation.item.done", done
+        await client.send({"type": "session.close"})
