@@ -297,7 +297,8 @@ async def test_images_reach_upstream_as_pil_frames_of_the_next_unit_in_order(ser
     png = base64.b64encode(image_bytes("PNG", (250, 0, 0))).decode()
     jpeg = base64.b64encode(image_bytes("JPEG", (0, 0, 250), (8, 8))).decode()
     async with wire(server.ws_url + URL_QUERY) as client:
-        await open_session(client)
+        created = await open_session(client)
+        assert created["session"]["capabilities"]["supports_image_input"] is True
         await feed_units(client, factory, 1)
         await client.send(
             {

@@ -76,6 +76,8 @@ async def test_a_model_that_cannot_see_refuses_the_image_part_and_goes_on(blind_
     async with client.realtime.connect(model=model) as conn:
         created = await next_event(conn, GA)
         assert created["type"] == "session.created"
+        # Declared where the session says what it can do, then kept to.
+        assert created["session"]["capabilities"]["supports_image_input"] is False
         await conn.conversation.item.create(
             event_id="evt_image",
             item={
