@@ -51,7 +51,7 @@ _VAD_LAG_MARGIN_MS = 500
 _LOOP_APPEND_MAX_BYTES = 16 * 1024
 
 
-def frame_image(frame: str) -> InputImage:
+def _frame_image(frame: str) -> InputImage:
     """A camera frame (bare base64 JPEG/PNG, its header checked by the wire) as an image."""
     data = b64decode_strict(frame)
     for mime_type, signature in IMAGE_SIGNATURES.items():
@@ -305,7 +305,7 @@ class InputFlow:
         the unit that audio completes; ``False`` (the error sent, the append refused
         whole) when the model cannot read one."""
         try:
-            images = [frame_image(frame) for frame in command.video_frames]
+            images = [_frame_image(frame) for frame in command.video_frames]
         except RealtimeProtocolError as exc:
             self.out.error(exc.code, exc.message, event_id=command.event_id, param="video_frames")
             return False
