@@ -15,7 +15,9 @@ of the trusted code): where upstream silently ignores a mistake, the double rais
   ``<|audio_end|>``] + ``<|im_end|>``), so a prefix already in chat-template tokens would
   be wrapped twice, and a ``suffix_system_prompt`` is swallowed unread by its ``**kwargs``;
 * one conversation per instance: ``prepare`` once, before any prefill, never after stop;
-* ``streaming_prefill``: 16 kHz mono float32 ndarray, finite, 1035 ms (16560 samples)
+* ``streaming_prefill``: ``frame_list`` absent or a non-empty list of RGB PIL images
+  (upstream's processor and slicer read PIL images), no ``text_list``; audio a 16 kHz
+  mono float32 ndarray, finite, 1035 ms (16560 samples)
   for the first unit and 1000 ms (16000) for every later one (upstream left-pads a short
   first unit, consumes 1030 ms of it, the hop-aligned 1035 ms, and needs 1000 ms buffered
   for each later one, else it refuses the unit); never while the break event is set
@@ -44,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from omniduplex.model_executor.models.minicpmo_4_5.options import MiniCPMO45Options
 from omniduplex.model_executor.models.minicpmo_4_5.upstream import UpstreamDuplexFactory
@@ -125,6 +128,7 @@ class MiniCPMODuplexDouble:
         self.prefills = 0
         self.generates = 0
         self.prefill_audio: list[np.ndarray] = []
+        self.prefill_frames: list[list[Image.Image]] = []  # per prefill, [] without frames
         self.generate_kwargs: list[dict[str, Any]] = []
         self.break_set_at: list[int] = []  # prefills done when each break was set
         self._awaiting_generate = False
@@ -243,8 +247,18 @@ class MiniCPMODuplexDouble:
             )
         if self._awaiting_generate:
             self._violate("streaming_prefill twice without streaming_generate: a unit is lost")
-        if frame_list is not None or text_list is not None:
-            self._violate("this plugin declares no vision or text input, yet passed some")
+        if text_list is not None:
+            self._violate("this plugin declares no text input, yet passed some")
+        if frame_list is not None:
+            # Upstream's processor takes PIL images and reads ``frame.size`` to slice them;
+            # an empty list would make the unit a plain audio unit without saying so.
+            if not isinstance(frame_list, list) or not frame_list:
+                self._violate("streaming_prefill frame_list must be a non-empty list")
+            for frame in frame_list:
+                if not isinstance(frame, Image.Image) or frame.mode != "RGB":
+                    self._violate("streaming_prefill frames must be RGB PIL images")
+            if max_slice_nums != 1:
+                self._violate("max_slice_nums other than 1 is not what the plugin declares")
         audio = audio_waveform
         if not isinstance(audio, np.ndarray) or audio.dtype != np.float32 or audio.ndim != 1:
             self._violate("streaming_prefill audio must be a 1-D float32 ndarray (16 kHz mono)")
@@ -257,6 +271,7 @@ class MiniCPMODuplexDouble:
         if not np.isfinite(audio).all():
             self._violate("streaming_prefill audio holds NaN or infinite samples")
         self.prefill_audio.append(audio.copy())
+        self.prefill_frames.append(list(frame_list or ()))
         self.prefills += 1
         self._awaiting_generate = True
         return {"success": True, "reason": "", "cost_all": 0.0}

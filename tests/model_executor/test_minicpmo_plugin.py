@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import io
 import json
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from minicpmo_double import (
     UpstreamContractViolation,
 )
 from minicpmo_server import data_url, voice_wav
+from PIL import Image
 
 from omniduplex.clients.minicpmo_4_5 import create_duplex_session_config
 from omniduplex.clients.presets import minicpmo_4_5_session
@@ -25,6 +27,8 @@ from omniduplex.config.pipeline import load_deploy_config
 from omniduplex.engine.duplex.contracts import DuplexFence, stage_request_id
 from omniduplex.engine.duplex.plugin import (
     DuplexRuntimeConfigError,
+    InputImage,
+    InputImageError,
     ModelAudio,
     ModelError,
     ModelListen,
@@ -103,7 +107,12 @@ def test_the_double_has_upstreams_signatures() -> None:
         ),
         (
             lambda d: d.streaming_prefill(audio_waveform=FIRST, frame_list=["jpeg"]),
-            "no vision",
+            "RGB PIL images",
+        ),
+        (lambda d: d.streaming_prefill(audio_waveform=FIRST, frame_list=[]), "non-empty"),
+        (
+            lambda d: d.streaming_prefill(audio_waveform=FIRST, text_list=["hi"]),
+            "no text input",
         ),
     ],
 )
@@ -256,8 +265,8 @@ def test_capabilities_are_model_native_with_barge_in_and_1s_units() -> None:
     assert caps["implementation_level"] == "model_native_duplex"
     assert caps["chunk_period_ms"] == 1000
     assert caps["supports_barge_in"] is True
-    assert caps["supports_image_input"] is False
-    assert caps["optional_input_modalities"] == []
+    assert caps["supports_image_input"] is True
+    assert caps["optional_input_modalities"] == ["video"]
     assert caps["input_sample_rate_hz"] == 16_000 and caps["output_sample_rate_hz"] == 24_000
 
 
@@ -426,3 +435,51 @@ def test_the_gpu_timing_script_runs_against_the_double(tmp_path: Path) -> None:
     assert [row["sessions"] for row in report["by_sessions"]] == [1, 2]
     # the double's script: listen, then three speak units, per conversation
     assert [row["speak_units"] for row in report["by_sessions"]] == [3, 6]
+
+
+def png(color: tuple[int, int, int]) -> InputImage:
+    buffer = io.BytesIO()
+    Image.new("RGB", (3, 2), color).save(buffer, "PNG")
+    return InputImage("image/png", buffer.getvalue())
+
+
+def test_a_unit_dropped_from_the_backlog_passes_its_images_on() -> None:
+    model = stage_module.MiniCPMO45StageModel(
+        upstream_factory="minicpmo_double:DoubleDuplexFactory",
+        upstream_factory_kwargs={"script": ["L"]},
+        device="cpu",
+        max_queued_units=1,
+    )
+    model.stage_index = 0
+    request_id = stage_request_id(DuplexFence("s", 0), "stage0")
+    red, green = png((255, 0, 0)), png((0, 255, 0))
+    # Three units reach the stage before it steps: the backlog keeps only the newest.
+    model.add_request(
+        request_id, StageInput({"audio": UNIT, "config": {"instructions": "x"}, "images": (red,)})
+    )
+    model.update_request(request_id, StageInput({"audio": UNIT, "images": (green,)}))
+    model.update_request(request_id, StageInput({"audio": UNIT}))
+    while model.ready_request_ids():
+        model.step(model.ready_request_ids())
+    (double,) = [d for _, d in model.factory.opened]
+    assert model.stats.dropped_units == 2
+    (frames,) = double.prefill_frames
+    assert [frame.getpixel((0, 0)) for frame in frames] == [(255, 0, 0), (0, 255, 0)]
+    assert not model.factory.violations
+    model.close()
+
+
+def test_the_plugin_takes_all_images_or_none() -> None:
+    minicpmo = plugin()
+    state = minicpmo.create_session_state({})
+    broken = InputImage("image/png", png((1, 1, 1)).data[:30])
+    with pytest.raises(InputImageError) as refused:
+        minicpmo.take_input_images(state, [png((9, 9, 9)), broken])
+    assert refused.value.index == 1
+    assert state.pending_images == []  # the readable one was not kept either
+    minicpmo.take_input_images(state, [png((9, 9, 9))])
+    data = state.plan_unit(UNIT, unit_samples=16_000, fence=DuplexFence("s", 0), model="m")
+    assert len(data["images"]) == 1
+    assert "images" not in state.plan_unit(
+        UNIT, unit_samples=16_000, fence=DuplexFence("s", 0), model="m"
+    )

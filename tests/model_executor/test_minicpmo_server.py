@@ -7,6 +7,7 @@ to have stepped it, so what the double answers is deterministic; waits are hang 
 from __future__ import annotations
 
 import base64
+import io
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from minicpmo_server import (
     check_lifecycles,
     data_url,
     double_of,
+    f32,
     factory_of,
     pipeline_with_double,
     send_unit,
@@ -23,6 +25,7 @@ from minicpmo_server import (
     voice_wav,
     wait_for,
 )
+from PIL import Image
 from server_harness import wire
 
 from omniduplex.clients.minicpmo_4_5 import create_duplex_session_config
@@ -276,6 +279,120 @@ async def test_bad_sampling_voice_and_video_frames_get_typed_errors(server) -> N
         )
         error = await client.recv()
         assert error["type"] == "error"
-        assert error["error"]["code"] == "invalid_input_modality"
+        # A JPEG signature with no image behind it: the model decodes frames on arrival.
+        assert error["error"]["code"] == "invalid_video_frames"
+        assert error["error"]["param"] == "video_frames"
         assert error["error"]["type"] == "invalid_request_error"
+        await client.send({"type": "session.close"})
+
+
+def image_bytes(fmt: str, color: tuple[int, int, int], size: tuple[int, int] = (6, 4)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, color).save(buffer, fmt)
+    return buffer.getvalue()
+
+
+async def test_images_reach_upstream_as_pil_frames_of_the_next_unit_in_order(server) -> None:
+    factory = factory_of(server)
+    png = base64.b64encode(image_bytes("PNG", (250, 0, 0))).decode()
+    jpeg = base64.b64encode(image_bytes("JPEG", (0, 0, 250), (8, 8))).decode()
+    async with wire(server.ws_url + URL_QUERY) as client:
+        created = await open_session(client)
+        assert created["session"]["capabilities"]["supports_image_input"] is True
+        await feed_units(client, factory, 1)
+        await client.send(
+            {
+                "type": "conversation.item.create",
+                "item": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [
+                        {"type": "input_image", "image_url": f"data:image/png;base64,{png}"}
+                    ],
+                },
+            }
+        )
+        done = (await client.until(("conversation.item.done", "error")))[-1]
+        assert done["type"] == "conversation.item.done", done
+        # The echo keeps the part as the client sent it, as OpenAI's does.
+        assert done["item"]["content"][0]["type"] == "input_image"
+        await feed_units(client, factory, 1)
+        # A camera frame rides its own append (bare base64, wire.md 5.7).
+        await client.send(
+            {
+                "type": "input_audio_buffer.append",
+                "audio": f32(np.full(UNIT_TAIL, 0.05, np.float32)),
+                "video_frames": [jpeg],
+            }
+        )
+        double = double_of(factory)
+        await wait_for(lambda: double.generates == 3, factory, "the frame's unit")
+        await feed_units(client, factory, 1)
+        frames = double.prefill_frames
+        await client.send({"type": "session.close"})
+    # Each image came with the unit after it, before that unit's audio (upstream feeds
+    # frame_list first), and only there.
+    assert [len(unit) for unit in frames] == [0, 1, 1, 0]
+    shown, seen = frames[1][0], frames[2][0]
+    assert (shown.mode, shown.size, shown.getpixel((0, 0))) == ("RGB", (6, 4), (250, 0, 0))
+    assert (seen.mode, seen.size) == ("RGB", (8, 8))
+    assert seen.getpixel((4, 4))[2] > 200  # JPEG is lossy: still blue
+    assert not factory.violations
+
+
+async def test_an_unreadable_image_is_refused_and_never_reaches_the_model(server) -> None:
+    factory = factory_of(server)
+    broken = base64.b64encode(image_bytes("PNG", (1, 2, 3))[:40]).decode()  # cut short
+    async with wire(server.ws_url + URL_QUERY) as client:
+        await open_session(client)
+        await client.send(
+            {
+                "type": "conversation.item.create",
+                "event_id": "evt_broken",
+                "item": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [
+                        {"type": "input_image", "image_url": f"data:image/png;base64,{broken}"}
+                    ],
+                },
+            }
+        )
+        error = await client.recv()
+        assert error["type"] == "error", error
+        assert error["error"]["code"] == "invalid_image"
+        assert error["error"]["type"] == "invalid_request_error"
+        assert error["error"]["param"] == "item.content[0].image_url"
+        assert error["error"]["event_id"] == "evt_broken"
+        await feed_units(client, factory, 2)
+        assert double_of(factory).prefill_frames == [[], []]
+        await client.send({"type": "session.close"})
+    assert not factory.violations
+
+
+async def test_history_holds_at_most_eight_images(server) -> None:
+    png = base64.b64encode(image_bytes("PNG", (5, 5, 5))).decode()
+
+    def item() -> dict:
+        part = {"type": "input_image", "image_url": f"data:image/png;base64,{png}"}
+        return {"type": "message", "role": "user", "content": [part]}
+
+    async with wire(server.ws_url + URL_QUERY) as client:
+        await open_session(client)
+        for _ in range(8):
+            await client.send({"type": "conversation.item.create", "item": item()})
+            done = (await client.until(("conversation.item.done", "error")))[-1]
+            assert done["type"] == "conversation.item.done", done
+        await client.send({"type": "conversation.item.create", "item": item()})
+        error = await client.recv()
+        assert error["type"] == "error", error
+        assert error["error"]["code"] == "input_backpressure"
+        assert error["error"]["type"] == "rate_limit_error"
+        assert error["error"]["param"] == "item.content[0]"
+        # Deleting an image item makes room again.
+        await client.send({"type": "conversation.item.delete", "item_id": done["item"]["id"]})
+        assert (await client.recv())["type"] == "conversation.item.deleted"
+        await client.send({"type": "conversation.item.create", "item": item()})
+        done = (await client.until(("conversation.item.done", "error")))[-1]
+        assert done["type"] == "conversation.item.done", done
         await client.send({"type": "session.close"})

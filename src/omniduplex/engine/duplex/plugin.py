@@ -31,6 +31,25 @@ class DuplexRuntimeConfigError(ValueError):
         self.param = param
 
 
+class InputImageError(ValueError):
+    """An image the model cannot read (not a decodable JPEG/PNG, or too large);
+    ``index`` is its position in the images the plugin was handed."""
+
+    def __init__(self, message: str, *, index: int = 0) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+@dataclass(frozen=True, slots=True)
+class InputImage:
+    """One image the user showed: its encoded bytes (JPEG or PNG, signature checked by
+    the wire) and the client's ``detail`` (``auto``, ``low`` or ``high``)."""
+
+    mime_type: str
+    data: bytes = field(repr=False)
+    detail: str = "auto"
+
+
 # ---- model results: what a data plane yields for one stage output -----------------
 
 
@@ -125,16 +144,22 @@ class StreamedSessionState(DuplexModelSessionState):
     config: dict[str, Any] = field(default_factory=dict)
     epoch_sent: int | None = None
     units: int = 0
+    # Images taken since the last unit was planned; they ride the next one.
+    pending_images: list[InputImage] = field(default_factory=list)
 
     def plan_unit(
         self, samples: np.ndarray, *, unit_samples: int, fence: DuplexFence, model: str
     ) -> dict[str, Any]:
-        """One input unit's stage-0 data; the first of an epoch carries the config."""
+        """One input unit's stage-0 data; the first of an epoch carries the config, and a
+        unit carries (``images``) every image taken since the unit before it."""
         audio = np.asarray(samples, dtype=np.float32).reshape(-1)
         if audio.size != unit_samples:
             raise ValueError(f"{model} streams {unit_samples}-sample units, got {audio.size}")
         self.units += 1
         data: dict[str, Any] = {"audio": audio}
+        if self.pending_images:
+            data["images"] = tuple(self.pending_images)
+            self.pending_images.clear()
         if self.epoch_sent != fence.epoch:
             # The first unit of this epoch opens its stage-0 request: it says who we are.
             self.epoch_sent = fence.epoch
@@ -250,6 +275,15 @@ class DuplexModelPlugin(ABC):
     ) -> dict[str, Any] | None:
         """Stage-0 data for one streamed unit of input (streaming plugins only)."""
         return None
+
+    def take_input_images(
+        self, state: DuplexModelSessionState, images: Sequence[InputImage]
+    ) -> None:
+        """Images the user showed, in the order they came, for the model to see with the
+        input that follows. Called only for a plugin whose capabilities declare
+        ``supports_image_input``; it takes all of them or, raising ``InputImageError``
+        for one it cannot read, none."""
+        raise NotImplementedError(f"{type(self).__name__} does not take images")
 
     def plan_utterance_audio(
         self,

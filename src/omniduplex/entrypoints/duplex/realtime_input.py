@@ -86,9 +86,11 @@ from omniduplex.protocol.duplex.commands import (
     MAX_EVENT_BYTES,
     MAX_ID_CHARS,
     AckEvents,
+    CreateItem,
     ResumeSession,
     UpdateSession,
 )
+from omniduplex.protocol.realtime.images import image_part_indexes
 
 #: How long the route waits for the first message when nothing autostarts.
 CONFIG_TIMEOUT_S: Final = 10.0
@@ -293,6 +295,7 @@ class RealtimeEnvelope:
                 param="type",
             )
         command = command_from_realtime(obj, defaults=self.defaults)
+        self._refuse_beta_images(command)
         self._note_extension_use(command)
         if isinstance(command, ResumeSession):
             self._step(HandshakeState.RESUMING)
@@ -335,6 +338,7 @@ class RealtimeEnvelope:
                 event_id=_event_id(obj),
             )
         command = command_from_realtime(obj, defaults=self.defaults)
+        self._refuse_beta_images(command)
         self._note_extension_use(command)
         if isinstance(command, UpdateSession):
             self._fold(command)
@@ -354,6 +358,21 @@ class RealtimeEnvelope:
         wanted = extra.get(EXTENSIONS_FIELD) if isinstance(extra, Mapping) else None
         if isinstance(wanted, bool):
             self.extensions = wanted
+
+    def _refuse_beta_images(self, command: RealtimeCommand) -> None:
+        """The beta dialect has no ``input_image`` part: a beta client's image is refused
+        (``unsupported``) rather than stored and then dropped from every echo it gets."""
+        if self.dialect != "beta" or not isinstance(command, CreateItem):
+            return
+        indexes = image_part_indexes(command.item.get("content"))
+        if indexes:
+            raise DuplexCommandError(
+                "input_image content parts need the GA Realtime API: the beta dialect has"
+                " none (connect without the OpenAI-Beta: realtime=v1 header or ?dialect=beta)",
+                "unsupported",
+                event_id=command.event_id,
+                param=f"item.content[{indexes[0]}]",
+            )
 
     def _note_extension_use(self, command: RealtimeCommand) -> None:
         """A client that sends one of our commands speaks the extensions (unless it said

@@ -31,6 +31,7 @@ from .formats import (
     parse_input_format,
     validate_sample_rate,
 )
+from .images import MAX_IMAGE_CHARS, has_image_signature
 from .session import RealtimeInputDefaults
 
 # Client hint keys carried over into the append (wire.md 5.8).
@@ -52,8 +53,7 @@ INPUT_HINT_KEYS: Final[tuple[str, ...]] = (
 )
 
 MAX_VIDEO_FRAMES_PER_APPEND: Final = 2
-MAX_VIDEO_FRAME_CHARS: Final = 4_000_000
-_IMAGE_MAGIC: Final = (b"\xff\xd8", b"\x89PNG")  # JPEG, PNG
+MAX_VIDEO_FRAME_CHARS: Final = MAX_IMAGE_CHARS
 _FRAME_HEADER_CHARS: Final = 64
 _SPEECH_PROBABILITY_THRESHOLD: Final = 0.5
 # A format spelling longer than any real one is refused before it reaches an error message.
@@ -214,7 +214,7 @@ def _is_image_header(frame: str) -> bool:
         decoded = pybase64.b64decode(head, validate=True)
     except (ValueError, TypeError):
         return False
-    return decoded.startswith(_IMAGE_MAGIC)
+    return has_image_signature(decoded)
 
 
 def _invalid_frames(message: str) -> RealtimeProtocolError:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from .capabilities import PERMISSIVE_CAPABILITIES, RealtimeProtocolCapabilities
+from .images import IMAGE_PART_TYPE, INVALID_IMAGE, check_image_part
 from .session import parse_format
 from .wire_values import (
     MAX_ID_CHARS,
@@ -68,9 +69,10 @@ def normalize_item(
     """Validate a client item and complete it set-if-absent; returns a fresh JSON copy.
 
     Audio part formats are checked first (``unsupported_audio_format``); then the item must
-    be an object and its known fields must have their types (``bad_event``); a
-    ``function_call_output`` must name its call and carry a string output
-    (``invalid_function_call_output``).
+    be an object and its known fields must have their types (``bad_event``); an
+    ``input_image`` part must sit in a user message and carry a JPEG or PNG ``data:`` URL
+    (``invalid_image``); a ``function_call_output`` must name its call and carry a string
+    output (``invalid_function_call_output``).
     """
     caps = capabilities or PERMISSIVE_CAPABILITIES
     if isinstance(raw, Mapping):
@@ -119,6 +121,10 @@ def _normalize_message(item: dict[str, Any], param: str) -> None:
             raise fail(f"{where} must be an object with a string type", where)
         for key in ("text", "transcript", "audio", "data"):
             optional_str(part.get(key), f"{where}.{key}")
+        if part["type"] == IMAGE_PART_TYPE:
+            if item["role"] != "user":
+                raise fail(f"{where}: only a user message may hold an image", where, INVALID_IMAGE)
+            check_image_part(part, where)
 
 
 def _check_function_call_output(item: Mapping[str, Any], param: str) -> None:

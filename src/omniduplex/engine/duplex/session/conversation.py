@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from ....protocol.duplex import commands as cmd
 from ....protocol.duplex import truncate_transcript
+from ....protocol.realtime.errors import RealtimeProtocolError
+from ....protocol.realtime.images import decode_image_url, image_part_indexes
+from ..plugin import DuplexModelPlugin, InputImage, InputImageError
 
 if TYPE_CHECKING:
     from .emitter import SessionEmitter
@@ -126,30 +129,58 @@ class ConversationStore:
         return None
 
 
-class ItemCommands:
-    """``conversation.item.create`` / ``delete`` / ``retrieve`` / ``truncate``."""
+# Images history may hold at once (wire.md 7.3): their count and their URLs' characters.
+MAX_HISTORY_IMAGES = 8
+MAX_HISTORY_IMAGE_CHARS = 4 * 1024 * 1024
 
-    def __init__(self, session: DuplexEngineSession, out: SessionEmitter) -> None:
+
+class ItemCommands:
+    """``conversation.item.create`` / ``delete`` / ``retrieve`` / ``truncate``.
+
+    An item is checked whole before any of it takes effect: a refused item leaves the
+    conversation, the pending user text and the model's input as they were.
+    """
+
+    def __init__(
+        self, session: DuplexEngineSession, out: SessionEmitter, plugin: DuplexModelPlugin
+    ) -> None:
         self.session = session
         self.out = out
+        self.plugin = plugin
 
     def create(self, command: cmd.CreateItem) -> None:
         session = self.session
         item = dict(command.item)
+        user_message = item.get("type") == "message" and item.get("role") == "user"
         texts = [
             part.get("text")
             for part in item.get("content") or []
             if isinstance(part, dict) and part.get("type") in ("input_text", "text")
         ]
-        if item.get("type") == "message" and item.get("role") == "user" and texts:
-            if not session.capabilities.supports_text_input:
+        if user_message and texts and not session.capabilities.supports_text_input:
+            self.out.error(
+                "text_only_turn_unsupported",
+                "this model cannot answer text input",
+                event_id=command.event_id,
+                param="item.content",
+            )
+            return
+        images = self._images(item, command.event_id) if user_message else []
+        if images is None:
+            return
+        if images:
+            try:
+                self.plugin.take_input_images(session.model_state, images)
+            except InputImageError as exc:
+                index = image_part_indexes(item.get("content"))[exc.index]
                 self.out.error(
-                    "text_only_turn_unsupported",
-                    "this model cannot answer text input",
+                    "invalid_image",
+                    str(exc),
                     event_id=command.event_id,
-                    param="item.content",
+                    param=f"item.content[{index}].image_url",
                 )
                 return
+        if user_message and texts:
             session.pending_user_text = (
                 session.pending_user_text + " " + " ".join(t for t in texts if isinstance(t, str))
             ).strip()
@@ -165,6 +196,50 @@ class ItemCommands:
                 return
         previous = session.items.add(StoredItem(item=item))
         self.out.item_added(item, command.previous_item_id or previous, done=True)
+
+    def _images(self, item: dict[str, Any], event_id: str | None) -> list[InputImage] | None:
+        """The item's images for the model, or ``None`` when the item is refused (the
+        error already sent): a model that cannot see refuses the first image part."""
+        content = item.get("content")
+        indexes = image_part_indexes(content)
+        if not indexes:
+            return []
+        if not self.session.capabilities.supports_image_input:
+            self.out.error(
+                "unsupported",
+                "this model cannot see images: input_image content parts are not accepted",
+                event_id=event_id,
+                param=f"item.content[{indexes[0]}]",
+            )
+            return None
+        held = [
+            len(part.get("image_url") or "")
+            for stored in self.session.items
+            for part in stored.item.get("content") or []
+            if isinstance(part, dict) and part.get("type") == "input_image"
+        ]
+        sizes = held + [len(content[index].get("image_url") or "") for index in indexes]
+        if len(sizes) > MAX_HISTORY_IMAGES or sum(sizes) > MAX_HISTORY_IMAGE_CHARS:
+            self.out.error(
+                "input_backpressure",
+                f"the conversation holds at most {MAX_HISTORY_IMAGES} images and"
+                f" {MAX_HISTORY_IMAGE_CHARS} characters of image URLs; delete an image item"
+                " before adding more",
+                event_id=event_id,
+                param=f"item.content[{indexes[0]}]",
+            )
+            return None
+        images: list[InputImage] = []
+        for index in indexes:
+            part = content[index]
+            where = f"item.content[{index}].image_url"
+            try:
+                mime_type, data = decode_image_url(part.get("image_url"), where)
+            except RealtimeProtocolError as exc:  # the wire checked it: only a bug lands here
+                self.out.error(exc.code, exc.message, event_id=event_id, param=where)
+                return None
+            images.append(InputImage(mime_type, data, str(part.get("detail") or "auto")))
+        return images
 
     def delete(self, command: cmd.DeleteItem) -> None:
         if not self.session.items.delete(command.item_id):

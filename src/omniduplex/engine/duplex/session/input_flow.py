@@ -30,11 +30,13 @@ from ....protocol.duplex import (
     InputAudioConverter,
     RealtimeProtocolError,
     apply_partially,
+    b64decode_strict,
     rms,
 )
 from ....protocol.duplex import commands as cmd
+from ....protocol.realtime.images import IMAGE_SIGNATURES
 from ..contracts import StageSubmission
-from ..plugin import DuplexRuntimeConfigError, ModelInputTranscript
+from ..plugin import DuplexRuntimeConfigError, InputImage, InputImageError, ModelInputTranscript
 from ..settings import SessionSettings
 from .context import SessionContext
 from .conversation import StoredItem
@@ -52,6 +54,17 @@ _VAD_LAG_MARGIN_MS = 500
 # 100 ms chunks), about 60 us of decoding and resampling on one core of the CI machine
 # class, under a third of what the hop to a pool thread and back costs.
 _LOOP_APPEND_MAX_BYTES = 16 * 1024
+
+
+def _frame_image(frame: str) -> InputImage:
+    """A camera frame (bare base64 JPEG/PNG, its header checked by the wire) as an image."""
+    data = b64decode_strict(frame)
+    for mime_type, signature in IMAGE_SIGNATURES.items():
+        if data.startswith(signature):
+            return InputImage(mime_type, data)
+    raise RealtimeProtocolError(
+        "each video frame must be a JPEG or PNG image", "invalid_video_frames"
+    )
 
 
 @dataclass(slots=True)
@@ -252,6 +265,8 @@ class InputFlow:
         if decoded.over_budget:
             self._refuse_over_budget(samples.size, command)
             return
+        if command.video_frames and not self._take_frames(command):
+            return
         try:
             session.lease.touch(self.ctx.clock(), LeaseActivity.APPEND)
         except Exception:
@@ -290,6 +305,27 @@ class InputFlow:
                 self._overlap(samples.size)
         if self.ctx.plugin.streams_input:
             self._stream(samples)
+
+    def _take_frames(self, command: cmd.AppendAudio) -> bool:
+        """Hand the append's camera frames to the model before its audio, so they ride
+        the unit that audio completes; ``False`` (the error sent, the append refused
+        whole) when the model cannot read one."""
+        try:
+            images = [_frame_image(frame) for frame in command.video_frames]
+        except RealtimeProtocolError as exc:
+            self.out.error(exc.code, exc.message, event_id=command.event_id, param="video_frames")
+            return False
+        try:
+            self.ctx.plugin.take_input_images(self.session.model_state, images)
+        except InputImageError as exc:
+            self.out.error(
+                "invalid_video_frames",
+                f"video_frames[{exc.index}]: {exc}",
+                event_id=command.event_id,
+                param="video_frames",
+            )
+            return False
+        return True
 
     def _refuse_over_budget(self, samples: int, command: cmd.AppendAudio) -> None:
         """Other sessions may have filled the server's input budget: not the client's

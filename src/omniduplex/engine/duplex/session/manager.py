@@ -235,7 +235,10 @@ class DuplexSessionManager:
         if (
             isinstance(command, cmd.AppendAudio)
             and command.video_frames
-            and not self.capabilities.accepts_input_modality("video")
+            and not (
+                self.capabilities.accepts_input_modality("video")
+                and self.capabilities.supports_image_input
+            )
         ):
             # Refused whole rather than dropping the frames unseen: the client learns at
             # once that this model cannot see them.

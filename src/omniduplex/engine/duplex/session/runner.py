@@ -122,7 +122,7 @@ class DuplexSessionRunner:
         self.inputs = InputFlow(
             ctx, max_turn_s=max_input_turn_s, audio_hold=self._input_audio, live=self.live
         )
-        self.items = ItemCommands(session, self.out)
+        self.items = ItemCommands(session, self.out, plugin)
         self._handlers = self._build_handlers()
 
     # ---- lifecycle -------------------------------------------------------------

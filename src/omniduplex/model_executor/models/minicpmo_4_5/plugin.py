@@ -12,9 +12,13 @@ model spoke in (listen units say nothing); the data plane maps them:
   ``response.listen``, then the response completes.
 
 Barge-in and ``response.cancel`` advance the epoch; the stage then sets the model's
-break event (see ``stage.py``) and the engine drops anything of the old epoch. Camera
-frames are not supported: the engine does not carry an append's ``video_frames`` to a
-plugin, so an append with frames is refused (``invalid_input_modality``).
+break event (see ``stage.py``) and the engine drops anything of the old epoch.
+
+Images (``input_image`` parts of a user item, or an append's ``video_frames``) are
+decoded when they arrive (a bad one is refused then, ``invalid_image`` /
+``invalid_video_frames``) and ride the next input unit: the stage hands them to
+upstream's ``streaming_prefill`` as that unit's ``frame_list``, which feeds them before
+the unit's audio.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from omniduplex.engine.duplex.plugin import (
     DuplexModelPlugin,
     DuplexModelSessionState,
     DuplexRuntimeConfigError,
+    InputImage,
+    InputImageError,
     ModelAudio,
     ModelError,
     ModelListen,
@@ -42,6 +48,7 @@ from omniduplex.engine.duplex.plugin import (
     StreamedSessionState,
 )
 
+from .images import decode_image
 from .options import INPUT_RATE_HZ, OUTPUT_RATE_HZ, UNIT_MS, UNIT_SAMPLES, MiniCPMO45Options
 from .voice import VoiceError, decode_ref_audio_url, resolve_voice, wav_to_ref_audio
 
@@ -103,12 +110,12 @@ class MiniCPMO45DuplexPlugin(DuplexModelPlugin):
             supports_multi_session=max_sessions > 1,
             supports_session_resume=False,
             supports_audio_truncate=False,
-            supports_image_input=False,
+            supports_image_input=True,
             supports_text_input=False,
             supports_text_only_turn=False,
             supports_chat_completions=False,
             required_input_modalities=frozenset({"audio"}),
-            optional_input_modalities=frozenset(),
+            optional_input_modalities=frozenset({"video"}),
             signal_sources=("model_native", "client_event"),
             chunk_period_ms=UNIT_MS,
             extra={
@@ -168,6 +175,18 @@ class MiniCPMO45DuplexPlugin(DuplexModelPlugin):
         if not isinstance(state, MiniCPMO45SessionState):
             raise TypeError("minicpmo plan_input_unit needs a MiniCPMO45SessionState")
         return state.plan_unit(samples, unit_samples=UNIT_SAMPLES, fence=fence, model="minicpmo")
+
+    def take_input_images(
+        self, state: DuplexModelSessionState, images: Sequence[InputImage]
+    ) -> None:
+        if not isinstance(state, MiniCPMO45SessionState):
+            raise TypeError("minicpmo take_input_images needs a MiniCPMO45SessionState")
+        for index, image in enumerate(images):
+            try:
+                decode_image(image)  # the stage decodes again for upstream; this one checks
+            except InputImageError as exc:
+                raise InputImageError(str(exc), index=index) from None
+        state.pending_images.extend(images)
 
     def plan_response(
         self, state: DuplexModelSessionState, request: ResponseRequest

@@ -5,9 +5,11 @@ from the upstream factory, ``prepare``d with the session's instructions (plain t
 upstream wraps them in its chat template itself) and voice at its first step. Every input
 unit (1 s of 16 kHz float32) costs two steps of the worker:
 
-1. ``streaming_prefill(audio_waveform=unit)``: the first unit of a conversation is the
-   first 1000 ms of input behind 35 ms of leading silence (1035 ms: upstream pads a short
-   first unit exactly so; here it is explicit), every later one is 1000 ms;
+1. ``streaming_prefill(audio_waveform=unit, frame_list=images)``: the first unit of a
+   conversation is the first 1000 ms of input behind 35 ms of leading silence (1035 ms:
+   upstream pads a short first unit exactly so; here it is explicit), every later one is
+   1000 ms; ``frame_list`` holds the images that rode the unit, as RGB PIL images (upstream
+   feeds them before the unit's audio), and is left out when there are none;
 2. ``streaming_generate(...)`` with the session's sampling: listen, or speak (text and
    24 kHz speech), and whether the turn ended.
 
@@ -38,8 +40,10 @@ from typing import Any
 import numpy as np
 
 from omniduplex.engine.duplex.contracts import parse_stage_request_id
+from omniduplex.engine.duplex.plugin import InputImage
 from omniduplex.engine.stage import StageInput, StageModel, StageOutput
 
+from .images import decode_image
 from .options import FIRST_UNIT_SAMPLES, UNIT_SAMPLES, MiniCPMO45Options
 from .upstream import UpstreamDuplexFactory, load_upstream_factory
 from .voice import (
@@ -66,6 +70,14 @@ class MiniCPMO45Stats:
 
 
 @dataclass(slots=True)
+class _Unit:
+    """One unit of input audio and the images that ride it."""
+
+    samples: np.ndarray
+    images: list[InputImage] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class _Conversation:
     session_id: str
     request_id: str
@@ -73,7 +85,7 @@ class _Conversation:
     slot: int
     config: dict[str, Any]
     sampling: dict[str, Any]
-    queue: deque[np.ndarray] = field(default_factory=deque)
+    queue: deque[_Unit] = field(default_factory=deque)
     duplex: Any = None  # upstream's MiniCPMODuplex, once prepared
     prompt_wav_path: str | None = None
     owned_wav: Path | None = None  # a temporary WAV of the session's ref_audio
@@ -196,9 +208,11 @@ class MiniCPMO45StageModel(StageModel):
             raise ValueError(f"minicpmo input must be {UNIT_SAMPLES} samples per unit")
         if not np.isfinite(samples).all():
             raise ValueError("minicpmo input contains NaN or infinite samples")
-        conversation.queue.append(samples)
+        conversation.queue.append(_Unit(samples, list(data.get("images") or ())))
         while len(conversation.queue) > self.options.max_queued_units:
-            conversation.queue.popleft()
+            dropped = conversation.queue.popleft()
+            # The audio is lost to the backlog; its images are not: the next unit takes them.
+            conversation.queue[0].images[:0] = dropped.images
             self.stats.dropped_units += 1
 
     def _sampling(self, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -256,14 +270,19 @@ class MiniCPMO45StageModel(StageModel):
             self._prepare(conversation)
         if conversation.awaiting_generate:
             return self._generate(conversation)
-        unit = conversation.queue.popleft()
+        queued = conversation.queue.popleft()
+        unit = queued.samples
+        frames = [decode_image(image) for image in queued.images]
         duplex = conversation.duplex
         if conversation.break_set:
             duplex.clear_break_event()
             conversation.break_set = False
         if conversation.units_prefilled == 0:
             unit = np.concatenate((np.zeros(FIRST_UNIT_PAD_SAMPLES, dtype=np.float32), unit))
-        result = duplex.streaming_prefill(audio_waveform=unit)
+        if frames:
+            result = duplex.streaming_prefill(audio_waveform=unit, frame_list=frames)
+        else:
+            result = duplex.streaming_prefill(audio_waveform=unit)
         conversation.units_prefilled += 1
         self.stats.prefills += 1
         if not result.get("success", False):
