@@ -79,6 +79,7 @@ from omniduplex.protocol.duplex import (
     RealtimeInputDefaults,
     command_from_realtime,
     events,
+    image_part_indexes,
     next_input_defaults,
     parse_client_frame,
 )
@@ -90,7 +91,6 @@ from omniduplex.protocol.duplex.commands import (
     ResumeSession,
     UpdateSession,
 )
-from omniduplex.protocol.realtime.images import image_part_indexes
 
 #: How long the route waits for the first message when nothing autostarts.
 CONFIG_TIMEOUT_S: Final = 10.0

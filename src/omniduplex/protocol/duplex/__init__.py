@@ -33,6 +33,7 @@ from ..realtime.formats import (
     parse_input_format,
     parse_output_format,
 )
+from ..realtime.images import IMAGE_SIGNATURES, decode_image_url, image_part_indexes
 from ..realtime.items import (
     assistant_item_id,
     normalize_item,
@@ -66,6 +67,7 @@ __all__ = [
     "DEFAULT_OUTPUT_RATE_HZ",
     "ERROR_CLASS_BY_CODE",
     "IDLE_TIMEOUT_KEY",
+    "IMAGE_SIGNATURES",
     "INPUT_AUDIO_FORMATS",
     "OUTPUT_AUDIO_FORMATS",
     "PERMISSIVE_CAPABILITIES",
@@ -96,6 +98,7 @@ __all__ = [
     "decode_audio",
     "decode_audio_append",
     "decode_client_frame",
+    "decode_image_url",
     "decode_wav",
     "encode_audio",
     "encode_wav",
@@ -103,6 +106,7 @@ __all__ = [
     "error_class_for",
     "event_from_realtime",
     "events",
+    "image_part_indexes",
     "media_response_id",
     "new_event_id",
     "next_input_defaults",

@@ -15,10 +15,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ....protocol.duplex import (
+    RealtimeProtocolError,
+    decode_image_url,
+    image_part_indexes,
+    truncate_transcript,
+)
 from ....protocol.duplex import commands as cmd
-from ....protocol.duplex import truncate_transcript
-from ....protocol.realtime.errors import RealtimeProtocolError
-from ....protocol.realtime.images import decode_image_url, image_part_indexes
 from ..plugin import DuplexModelPlugin, InputImage, InputImageError
 
 if TYPE_CHECKING:

@@ -27,6 +27,7 @@ import numpy as np
 
 from ....protocol.duplex import (
     IDLE_TIMEOUT_KEY,
+    IMAGE_SIGNATURES,
     InputAudioConverter,
     RealtimeProtocolError,
     apply_partially,
@@ -34,7 +35,6 @@ from ....protocol.duplex import (
     rms,
 )
 from ....protocol.duplex import commands as cmd
-from ....protocol.realtime.images import IMAGE_SIGNATURES
 from ..contracts import StageSubmission
 from ..plugin import DuplexRuntimeConfigError, InputImage, InputImageError, ModelInputTranscript
 from ..settings import SessionSettings
