@@ -57,7 +57,13 @@ _ECHOED = (
     "prompt",
     "tracing",
     "input_audio_transcription",
+    "input_audio_noise_reduction",
 )
+# The GA spellings of echoed keys, under audio.input.
+_ECHOED_GA_INPUT = {
+    "transcription": "input_audio_transcription",
+    "noise_reduction": "input_audio_noise_reduction",
+}
 
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -342,8 +348,9 @@ class SessionSettings:
             if key in payload:
                 echoed[key] = copy.deepcopy(payload[key])
         audio_in = audio.get("input") if isinstance(audio.get("input"), Mapping) else {}
-        if "transcription" in audio_in:  # the GA spelling of input_audio_transcription
-            echoed["input_audio_transcription"] = copy.deepcopy(audio_in["transcription"])
+        for nested, flat in _ECHOED_GA_INPUT.items():
+            if nested in audio_in:
+                echoed[flat] = copy.deepcopy(audio_in[nested])
         changes["echoed"] = echoed
         return replace(self, **changes)
 
