@@ -69,8 +69,8 @@ _UNLIMITED_TOKENS: Final = frozenset({"inf", "infinity", "unlimited"})
 MAX_TOKENS_LIMIT: Final = 4096
 SPEED_RANGE: Final = (0.25, 1.5)
 # The widest sampling temperature a model may be given (OpenAI's Responses range). OpenAI's
-# beta Realtime narrows it to 0.6-1.2 for its own model; the served models' plugins narrow
-# it to what their sampler takes (validate_session_config), so 0 (greedy) stays possible.
+# beta Realtime narrows it to 0.6-1.2 for its own model; a served model's plugin may narrow
+# it to what its sampler takes (validate_session_config), so 0 (greedy) stays possible.
 TEMPERATURE_RANGE: Final = (0.0, 2.0)
 SESSION_TYPE: Final = "realtime"
 # OpenAI's pcm16 is 24 kHz; the output rate is whatever the model produces until asked.
