@@ -83,7 +83,7 @@ REFUSALS: list[tuple[str, dict[str, Any], str, Any]] = [
         "unknown turn detection type",
         {"type": "session.update", "session": {"turn_detection": {"type": "vad"}}},
         "unsupported_turn_detection",
-        "turn_detection",
+        "turn_detection.type",
     ),
     (
         "nested unknown turn detection type",
@@ -92,7 +92,7 @@ REFUSALS: list[tuple[str, dict[str, Any], str, Any]] = [
             "session": {"audio": {"input": {"turn_detection": {"type": "vad"}}}},
         },
         "unsupported_turn_detection",
-        "audio.input.turn_detection",
+        "audio.input.turn_detection.type",
     ),
     ("session not an object", {"type": "session.update", "session": "x"}, "bad_event", "session"),
     ("session null", {"type": "session.update", "session": None}, "bad_event", "session"),
@@ -415,7 +415,7 @@ REFUSALS: list[tuple[str, dict[str, Any], str, Any]] = [
             "payload": {"turn_detection": {"type": "vad"}},
         },
         "unsupported_turn_detection",
-        "turn_detection",
+        "turn_detection.type",
     ),
     (
         "signalled item create is validated",

@@ -109,7 +109,7 @@ def test_an_update_with_nothing_usable_is_refused_whole() -> None:
     with pytest.raises(RealtimeProtocolError) as caught:
         _update({"type": "realtime", "turn_detection": {"type": "vad"}})
     assert caught.value.code == "unsupported_turn_detection"
-    assert caught.value.param == "turn_detection"
+    assert caught.value.param == "turn_detection.type"
 
 
 def test_a_format_loses_its_whole_setting_not_just_the_rate() -> None:

@@ -43,9 +43,9 @@ ACCEPTED: list[tuple[str, Any, dict[str, Any] | None]] = [
         {**DEFAULTS, "prefix_padding_ms": 200, "min_speech_duration_ms": 0},
     ),
     (
-        "fractional durations are kept",
-        {"type": "server_vad", "silence_duration_ms": 250.5},
-        {**DEFAULTS, "silence_duration_ms": 250.5},
+        "integral float durations are integers",
+        {"type": "server_vad", "silence_duration_ms": 250.0},
+        {**DEFAULTS, "silence_duration_ms": 250},
     ),
     ("interrupt_response true", {"type": "server_vad", "interrupt_response": True}, DEFAULTS),
     ("OpenAI idle timeout left unset", {"type": "server_vad", "idle_timeout_ms": None}, DEFAULTS),
@@ -101,9 +101,9 @@ ACCEPTED: list[tuple[str, Any, dict[str, Any] | None]] = [
 
 # (label, raw, param): the whole object when it is unusable, else the one key.
 REFUSED: list[tuple[str, Any, str]] = [
-    ("unknown type", {"type": "vad"}, "turn_detection"),
-    ("no type", {"threshold": 0.5}, "turn_detection"),
-    ("type not a string", {"type": ["server_vad"]}, "turn_detection"),
+    ("unknown type", {"type": "vad"}, "turn_detection.type"),
+    ("no type", {"threshold": 0.5}, "turn_detection.type"),
+    ("type not a string", {"type": ["server_vad"]}, "turn_detection.type"),
     ("not an object", "server_vad", "turn_detection"),
     ("list", [{"type": "server_vad"}], "turn_detection"),
     ("false", False, "turn_detection"),
@@ -138,6 +138,11 @@ REFUSED: list[tuple[str, Any, str]] = [
         "threshold nan",
         {"type": "server_vad", "threshold": float("nan")},
         "turn_detection.threshold",
+    ),
+    (
+        "fractional silence (OpenAI's durations are integers)",
+        {"type": "server_vad", "silence_duration_ms": 250.5},
+        "turn_detection.silence_duration_ms",
     ),
     (
         "negative silence",
@@ -226,7 +231,7 @@ def test_message_names_the_location() -> None:
     assert "audio.input.turn_detection.type must be 'server_vad' or 'semantic_vad'" in (
         caught.value.message
     )
-    assert caught.value.param == "audio.input.turn_detection"
+    assert caught.value.param == "audio.input.turn_detection.type"
 
 
 def test_location_nested_wins_and_null_is_present() -> None:

@@ -17,8 +17,13 @@ from ...protocol.duplex import (
     check_overlap_policy,
     next_input_defaults,
     overlap_policy_for,
-    parse_input_format,
-    parse_output_format,
+    read_input_format,
+    read_instructions,
+    read_max_output_tokens,
+    read_output_format,
+    read_output_modalities,
+    read_temperature,
+    read_voice,
     turn_detection_of,
     validate_turn_detection,
 )
@@ -52,7 +57,13 @@ _ECHOED = (
     "prompt",
     "tracing",
     "input_audio_transcription",
+    "input_audio_noise_reduction",
 )
+# The GA spellings of echoed keys, under audio.input.
+_ECHOED_GA_INPUT = {
+    "transcription": "input_audio_transcription",
+    "noise_reduction": "input_audio_noise_reduction",
+}
 
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -85,6 +96,13 @@ def check_tools(raw: Any, param: str = "tools") -> list[dict[str, Any]]:
                 f"{where}.name must be 1-64 letters, digits, _ or -",
                 "invalid_tool",
                 param=f"{where}.name",
+            )
+        description = tool.get("description")
+        if description is not None and not isinstance(description, str):
+            raise RealtimeProtocolError(
+                f"{where}.description must be a string",
+                "invalid_tool",
+                param=f"{where}.description",
             )
         parameters = tool.get("parameters")
         if parameters is not None and not isinstance(parameters, Mapping):
@@ -129,15 +147,9 @@ def _formats(
     stated them (``sample_rate_hz`` beside the format, ``audio.input.sample_rate_hz``, the
     GA format object's ``rate``): the codec's one negotiation rule, after a strict check
     that refuses a format it cannot read instead of keeping the old one."""
-    audio = payload.get("audio") if isinstance(payload.get("audio"), Mapping) else {}
-    audio_in = audio.get("input") if isinstance(audio.get("input"), Mapping) else {}
-    audio_out = audio.get("output") if isinstance(audio.get("output"), Mapping) else {}
-    raw_in = payload.get("input_audio_format", audio_in.get("format"))
-    raw_out = payload.get("output_audio_format", audio_out.get("format"))
-    if raw_in is not None:
-        parse_input_format(raw_in)
-    if raw_out is not None:
-        parse_output_format(raw_out)
+    # The codec's readers refuse what they cannot read, naming the field as the client did.
+    read_input_format(payload)
+    read_output_format(payload)
     current = RealtimeInputDefaults(input_format=current_in, output_format=current_out)
     negotiated = next_input_defaults(current, payload)
     return negotiated.input_format, negotiated.output_format
@@ -228,31 +240,22 @@ class SessionSettings:
             changes["input_format"] = fmt_in
         if fmt_out != self.output_format:
             changes["output_format"] = fmt_out
-        modalities = payload.get("output_modalities", payload.get("modalities"))
-        if isinstance(modalities, list) and all(isinstance(m, str) for m in modalities):
-            changes["modalities"] = tuple(m for m in modalities if m in ("audio", "text")) or (
-                "audio",
-            )
+        # Every value is read by the codec's reader of that field, the one check of it.
+        modalities = read_output_modalities(payload)
+        if modalities is not None:
+            changes["modalities"] = modalities
         audio = payload.get("audio") if isinstance(payload.get("audio"), Mapping) else {}
         audio_out = audio.get("output") if isinstance(audio.get("output"), Mapping) else {}
-        # GA clients name the voice under audio.output; the flat spelling wins if both.
-        sources = {"instructions": (payload,), "voice": (payload, audio_out)}
-        for key, places in sources.items():
-            for place in places:
-                if key not in place:
-                    continue
-                value = place[key]
-                if value is not None and not isinstance(value, str):
-                    raise RealtimeProtocolError(f"{key} must be a string", "bad_event", param=key)
-                changes[key] = value
-                break
+        # A key sent as null clears the setting, as OpenAI's does.
+        if "instructions" in payload:
+            changes["instructions"] = read_instructions(payload)
+        if "voice" in payload or "voice" in audio_out:
+            changes["voice"] = read_voice(payload)
         if payload.get("temperature") is not None:
-            changes["temperature"] = _number(payload["temperature"], "temperature")
-        tokens = payload.get("max_output_tokens", payload.get("max_response_output_tokens"))
+            changes["temperature"] = read_temperature(payload)
+        tokens = read_max_output_tokens(payload)
         if tokens is not None:
-            changes["max_output_tokens"] = (
-                None if tokens == "inf" else int(_number(tokens, "max_output_tokens", minimum=1))
-            )
+            changes["max_output_tokens"] = None if tokens == "inf" else tokens
         present, raw_td, where = turn_detection_of(payload)
         if present:
             check_overlap_policy(payload, raw_td, present=True)
@@ -345,8 +348,9 @@ class SessionSettings:
             if key in payload:
                 echoed[key] = copy.deepcopy(payload[key])
         audio_in = audio.get("input") if isinstance(audio.get("input"), Mapping) else {}
-        if "transcription" in audio_in:  # the GA spelling of input_audio_transcription
-            echoed["input_audio_transcription"] = copy.deepcopy(audio_in["transcription"])
+        for nested, flat in _ECHOED_GA_INPUT.items():
+            if nested in audio_in:
+                echoed[flat] = copy.deepcopy(audio_in[nested])
         changes["echoed"] = echoed
         return replace(self, **changes)
 

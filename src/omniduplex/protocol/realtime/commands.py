@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Final, Self
 
 from .audio import SAMPLE_WIDTH, b64encode_str
 from .audio_input import RealtimeAudioAppend, decode_audio_append
@@ -38,15 +38,20 @@ from .session import (
 )
 from .session_patch import FieldRejection, apply_partially
 from .wire_values import (
+    check_metadata,
     fail,
     json_copy,
     json_object,
     milliseconds,
     non_negative_int,
+    one_of,
     optional_id,
-    optional_str,
     required_id,
 )
+
+# What ``response.conversation`` may say: the default conversation, or none (out of band).
+RESPONSE_CONVERSATIONS: Final = frozenset({"auto", "none"})
+ITEM_REFERENCE: Final = "item_reference"
 
 __all__ = [
     "AppendAudio",
@@ -251,8 +256,12 @@ class CreateResponse(RealtimeCommand):
                 read_speed,
             ):
                 reader(options)
-            optional_str(options.get("conversation"), "conversation")
-            json_object(options.get("metadata"), "metadata")
+            conversation = options.get("conversation")
+            if conversation is not None and not one_of(conversation, RESPONSE_CONVERSATIONS):
+                raise fail("conversation must be 'auto' or 'none'", "conversation")
+            check_metadata(options.get("metadata"), "metadata")
+            if options.get("input") is not None:
+                options["input"] = _response_input(options["input"], ctx)
         except RealtimeProtocolError as exc:
             raise _prefixed(exc, "response") from None
         return cls(event_id=ctx.event_id, options=options)
@@ -291,6 +300,31 @@ class CreateResponse(RealtimeCommand):
     def conversation(self) -> str | None:
         value = self.options.get("conversation")
         return value if isinstance(value, str) else None
+
+    @property
+    def out_of_band(self) -> bool:
+        """Whether the response stays outside the default conversation."""
+        return self.conversation == "none"
+
+
+def _response_input(raw: Any, ctx: DecodeContext) -> list[dict[str, Any]]:
+    """``response.input``: the response's whole context instead of the conversation.
+
+    Each entry is an inline item (normalised as ``conversation.item.create``'s, an id
+    allocated if absent) or ``{"type": "item_reference", "id": ...}`` naming a conversation
+    item, which the engine resolves when the response starts.
+    """
+    if not isinstance(raw, list | tuple):
+        raise fail("input must be a list of items", "input")
+    items: list[dict[str, Any]] = []
+    for index, entry in enumerate(raw):
+        param = f"input[{index}]"
+        if isinstance(entry, Mapping) and entry.get("type") == ITEM_REFERENCE:
+            item_id = required_id(entry.get("id"), f"{param}.id")
+            items.append({"type": ITEM_REFERENCE, "id": item_id})
+            continue
+        items.append(normalize_item(entry, capabilities=ctx.capabilities, param=param))
+    return items
 
 
 @dataclass(kw_only=True, slots=True)

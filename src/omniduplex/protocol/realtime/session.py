@@ -40,6 +40,7 @@ from .session_formats import (
     read_output_format,
     read_output_rate,
 )
+from .session_options import ECHOED_OPTION_CHECKS
 from .turn_detection import (
     TURN_DETECTION_DEFAULTS,
     check_overlap_policy,
@@ -64,6 +65,13 @@ DEFAULT_OUTPUT_MODALITIES: Final[tuple[str, ...]] = ("text", "audio")
 # Spellings of the per-response token cap, in the order they are read.
 MAX_TOKENS_KEYS: Final = ("max_response_output_tokens", "max_output_tokens", "max_tokens")
 _UNLIMITED_TOKENS: Final = frozenset({"inf", "infinity", "unlimited"})
+# OpenAI's bounds: an integer cap of at most 4096 tokens, a speech speed of 0.25x to 1.5x.
+MAX_TOKENS_LIMIT: Final = 4096
+SPEED_RANGE: Final = (0.25, 1.5)
+# The widest sampling temperature a model may be given (OpenAI's Responses range). OpenAI's
+# beta Realtime narrows it to 0.6-1.2 for its own model; a served model's plugin may narrow
+# it to what its sampler takes (validate_session_config), so 0 (greedy) stays possible.
+TEMPERATURE_RANGE: Final = (0.0, 2.0)
 SESSION_TYPE: Final = "realtime"
 # OpenAI's pcm16 is 24 kHz; the output rate is whatever the model produces until asked.
 DEFAULT_INPUT_FORMAT: Final = AudioFormat(PCM16, DEFAULT_INPUT_RATE_HZ)
@@ -158,15 +166,15 @@ def read_output_modalities(options: Mapping[str, Any]) -> tuple[str, ...] | None
 
 
 def read_max_output_tokens(options: Mapping[str, Any]) -> MaxTokens | None:
-    """The token cap under any of its spellings: an int >= 1, or ``"inf"``."""
+    """The token cap under any of its spellings: an int from 1 to 4096, or ``"inf"``."""
     for key in MAX_TOKENS_KEYS:
         raw = options.get(key)
         if raw is None:
             continue
         if isinstance(raw, str) and raw.strip().lower() in _UNLIMITED_TOKENS:
             return "inf"
-        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-            raise fail(f"{key} must be an integer >= 1 or 'inf'", key)
+        if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_TOKENS_LIMIT:
+            raise fail(f"{key} must be an integer from 1 to {MAX_TOKENS_LIMIT} or 'inf'", key)
         return raw
     return None
 
@@ -176,15 +184,16 @@ def read_instructions(options: Mapping[str, Any]) -> str | None:
 
 
 def read_temperature(options: Mapping[str, Any]) -> float | None:
-    value = optional_number(options.get("temperature"), "temperature", minimum=0)
+    low, high = TEMPERATURE_RANGE
+    value = optional_number(options.get("temperature"), "temperature", minimum=low, maximum=high)
     return None if value is None else float(value)
 
 
 def read_speed(options: Mapping[str, Any]) -> float | None:
+    """``speed``, else ``audio.output.speed``: a number from 0.25 to 1.5, as OpenAI's."""
     raw, param = first_present(options, ("speed",), ("audio", "output", "speed"))
-    value = optional_number(raw, param, minimum=0)
-    if value == 0:
-        raise fail(f"{param} must be greater than 0", param)
+    low, high = SPEED_RANGE
+    value = optional_number(raw, param, minimum=low, maximum=high)
     return None if value is None else float(value)
 
 
@@ -196,9 +205,10 @@ def validate_session(
 ) -> dict[str, Any] | None:
     """Check a session object (or ``session.update`` patch) as the decoder does.
 
-    Order (wire.md 3.2): input format, output format, then turn detection; then the types of
-    the other fields we read. Returns the normalised turn detection when the capabilities
-    validate it and the object carries one, else ``None``.
+    Order (wire.md 3.2): input format, output format, then turn detection; then the other
+    fields we read, and those we only echo (``session_options``). Returns the normalised
+    turn detection when the capabilities validate it and the object carries one, else
+    ``None``.
     """
     caps = capabilities or PERMISSIVE_CAPABILITIES
     kind = session.get("type")
@@ -227,6 +237,8 @@ def validate_session(
         read_speed,
     ):
         reader(session)
+    for check in ECHOED_OPTION_CHECKS:
+        check(session)
     optional_number(session.get("overlap_silence_rms"), "overlap_silence_rms", minimum=0, maximum=1)
     extra = session.get("extra_body")
     if extra is not None and not isinstance(extra, Mapping):

@@ -100,10 +100,19 @@ def _unit(path: tuple[str, ...]) -> tuple[str, ...]:
     loses its meaning without its rate), except in turn detection and ``extra_body``,
     whose keys are independent settings of their own."""
     if path[0] == "audio" and len(path) >= 3:
-        return path[:4] if path[2] == "turn_detection" else path[:3]
-    if path[0] in ("turn_detection", "extra_body"):
+        return _turn_detection_key(path, 3) if path[2] == "turn_detection" else path[:3]
+    if path[0] == "turn_detection":
+        return _turn_detection_key(path, 1)
+    if path[0] == "extra_body":
         return path[:2]
     return path[:1]
+
+
+def _turn_detection_key(path: tuple[str, ...], depth: int) -> tuple[str, ...]:
+    # A turn detection without its type has no meaning: refusing the type refuses the object.
+    if path[depth : depth + 1] == ("type",):
+        return path[:depth]
+    return path[: depth + 1]
 
 
 def _field_of(patch: Mapping[str, Any], param: str) -> tuple[str, ...] | None:

@@ -8,9 +8,10 @@ engine's business (``engine/duplex/session/turn_detection.py``); here it is vali
 normalised only.
 
 Every refusal names the narrowest param it can: ``<field>.<key>`` when one key of the
-object cannot be honoured (the rest of the object still can), ``<field>`` when the object
-as a whole is unusable. ``<field>`` is where the client put it (``turn_detection`` or
-``audio.input.turn_detection``), so a partial ``session.update`` can drop exactly that.
+object cannot be honoured (the rest of the object still can; a bad ``<field>.type`` leaves
+nothing to honour), ``<field>`` when the object is not an object at all. ``<field>`` is
+where the client put it (``turn_detection`` or ``audio.input.turn_detection``), so a
+partial ``session.update`` can drop exactly that.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from .errors import RealtimeProtocolError
-from .wire_values import fail, is_number, quote
+from .wire_values import fail, is_number, non_negative_int, quote
 
 TURN_DETECTION_PARAM: Final = "turn_detection"
 TURN_DETECTION_CODE: Final = "unsupported_turn_detection"
@@ -104,7 +105,8 @@ def validate_turn_detection(raw: Any, *, field: str = "turn_detection") -> dict[
     kind = raw.get("type")
     if kind not in TURN_DETECTION_TYPES:
         raise _refuse(
-            f"{field}.type must be 'server_vad' or 'semantic_vad' (got {quote(kind)})", field
+            f"{field}.type must be 'server_vad' or 'semantic_vad' (got {quote(kind)})",
+            f"{field}.type",
         )
     semantic = kind == SEMANTIC_VAD
     known = SEMANTIC_VAD_KEYS if semantic else TURN_DETECTION_KEYS
@@ -126,9 +128,8 @@ def validate_turn_detection(raw: Any, *, field: str = "turn_detection") -> dict[
         value = raw.get(key)
         if value is None:
             continue
-        if not is_number(value) or value < 0:
-            raise _refuse(f"{field}.{key} must be a number >= 0", f"{field}.{key}")
-        out[key] = int(value) if isinstance(value, float) and value.is_integer() else value
+        # OpenAI's durations are integers of milliseconds; 500.0 is one, 1.5 is not.
+        out[key] = non_negative_int(value, f"{field}.{key}", TURN_DETECTION_CODE)
     if semantic:
         eagerness = raw.get("eagerness")
         if eagerness is not None:

@@ -24,6 +24,10 @@ MAX_ID_CHARS: Final = 256
 # Nesting that JSON values copied into a command may have. orjson parses up to 1024 levels,
 # which a recursive copy (and Python's default recursion limit) would not survive.
 MAX_JSON_DEPTH: Final = 64
+# OpenAI's bounds on a ``metadata`` map: 16 pairs, keys of 64 and values of 512 characters.
+MAX_METADATA_PAIRS: Final = 16
+MAX_METADATA_KEY_CHARS: Final = 64
+MAX_METADATA_VALUE_CHARS: Final = 512
 # Error messages quote client values; a quote never grows past this.
 MAX_QUOTE_CHARS: Final = 64
 
@@ -167,3 +171,22 @@ def json_object(raw: Any, param: str) -> dict[str, Any] | None:
         raise fail(f"{param} must be an object", param)
     copied: dict[str, Any] = json_copy(raw, param)
     return copied
+
+
+def check_metadata(raw: Any, param: str) -> None:
+    """An optional ``metadata`` map as OpenAI takes it: at most 16 string keys of up to 64
+    characters, each with a string value of up to 512."""
+    if raw is None:
+        return
+    if not isinstance(raw, Mapping):
+        raise fail(f"{param} must be an object of strings", param)
+    if len(raw) > MAX_METADATA_PAIRS:
+        raise fail(f"{param} may have at most {MAX_METADATA_PAIRS} pairs", param)
+    for key, value in raw.items():
+        if not isinstance(key, str) or len(key) > MAX_METADATA_KEY_CHARS:
+            raise fail(f"{param} keys must be strings of at most {MAX_METADATA_KEY_CHARS}", param)
+        if not isinstance(value, str) or len(value) > MAX_METADATA_VALUE_CHARS:
+            raise fail(
+                f"{param}.{key} must be a string of at most {MAX_METADATA_VALUE_CHARS} characters",
+                f"{param}.{key}",
+            )

@@ -11,7 +11,7 @@ response still playing is the runner's to route (``Playback.stops_at``).
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -85,43 +85,10 @@ class ConversationStore:
         return True
 
     def messages(self) -> list[dict[str, Any]]:
-        """History as chat messages (role + content) for models that read history; a
-        function call is an assistant message with ``tool_calls``, its output a
-        ``role: tool`` message naming the call; an idle timeout's empty user turn is a user
-        message with no content and ``silent_ms`` (how long the user said nothing)."""
-        out: list[dict[str, Any]] = []
-        for stored in self._items.values():
-            item = stored.item
-            kind = item.get("type")
-            if kind == "function_call":
-                call = {"name": item.get("name"), "arguments": item.get("arguments") or ""}
-                out.append(
-                    {
-                        "role": "assistant",
-                        "content": "",
-                        "tool_calls": [
-                            {"id": item.get("call_id"), "type": "function", "function": call}
-                        ],
-                    }
-                )
-                continue
-            if kind == "function_call_output":
-                output = item.get("output")
-                out.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": output})
-                continue
-            if kind != "message":
-                continue
-            text = " ".join(
-                part.get("text") or part.get("transcript") or ""
-                for part in item.get("content", [])
-                if isinstance(part, dict)
-            ).strip()
-            if text:
-                out.append({"role": str(item.get("role", "user")), "content": text})
-            elif stored.silent_ms is not None:
-                # The user went quiet: a model must know it was asked to speak into that.
-                out.append({"role": "user", "content": "", "silent_ms": stored.silent_ms})
-        return out
+        """History as chat messages (``chat_messages``), idle timeouts' silences included."""
+        stored = list(self._items.values())
+        silences = {s.item["id"]: s.silent_ms for s in stored if s.silent_ms is not None}
+        return chat_messages((s.item for s in stored), silences)
 
     def function_call(self, call_id: str) -> StoredItem | None:
         """The function call item with ``call_id``, if history holds one."""
@@ -130,6 +97,47 @@ class ConversationStore:
             if item.get("type") == "function_call" and item.get("call_id") == call_id:
                 return stored
         return None
+
+
+def chat_messages(
+    items: Iterable[Mapping[str, Any]], silences: Mapping[str, int] | None = None
+) -> list[dict[str, Any]]:
+    """Items as chat messages (role + content) for models that read history; a function
+    call is an assistant message with ``tool_calls``, its output a ``role: tool`` message
+    naming the call; an idle timeout's empty user turn (its id in ``silences``, with how
+    long the user said nothing) is a user message with no content and ``silent_ms``."""
+    out: list[dict[str, Any]] = []
+    for item in items:
+        kind = item.get("type")
+        if kind == "function_call":
+            call = {"name": item.get("name"), "arguments": item.get("arguments") or ""}
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {"id": item.get("call_id"), "type": "function", "function": call}
+                    ],
+                }
+            )
+            continue
+        if kind == "function_call_output":
+            output = item.get("output")
+            out.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": output})
+            continue
+        if kind != "message":
+            continue
+        text = " ".join(
+            part.get("text") or part.get("transcript") or ""
+            for part in item.get("content", [])
+            if isinstance(part, dict)
+        ).strip()
+        if text:
+            out.append({"role": str(item.get("role", "user")), "content": text})
+        elif silences and item.get("id") in silences:
+            # The user went quiet: a model must know it was asked to speak into that.
+            out.append({"role": "user", "content": "", "silent_ms": silences[item["id"]]})
+    return out
 
 
 # Images history may hold at once (wire.md 7.3): their count and their URLs' characters.

@@ -203,10 +203,8 @@ class SessionEmitter:
     def message_opened(self, response: ActiveResponse) -> None:
         """The response's assistant message item opens (with the first thing it says)."""
         rid, iid, index = response.response_id, response.item_id, _message_index(response)
-        previous = self.session.items.last_item_id
         item = self._in_progress_item(response)
-        self.emit(ev.ConversationItemAdded(previous_item_id=previous, item=item))
-        self.emit(ev.ConversationItemCreated(previous_item_id=previous, item=item))
+        self._joined(response, item)
         self.emit(ev.ResponseOutputItemAdded(response_id=rid, output_index=index, item=item))
         if response.wants_audio:
             self.emit(
@@ -226,9 +224,7 @@ class SessionEmitter:
         rid, index = response.response_id, call["output_index"]
         item = function_call_item(call)
         self.emit(ev.ResponseOutputItemAdded(response_id=rid, output_index=index, item=item))
-        previous = self.session.items.last_item_id
-        self.emit(ev.ConversationItemAdded(previous_item_id=previous, item=item))
-        self.emit(ev.ConversationItemCreated(previous_item_id=previous, item=item))
+        self._joined(response, item)
 
     def function_call_delta(
         self, response: ActiveResponse, call: dict[str, Any], delta: str
@@ -258,8 +254,19 @@ class SessionEmitter:
                 )
             )
         self.emit(ev.ResponseOutputItemDone(response_id=rid, output_index=index, item=item))
-        previous = self.session.items.last_item_id
-        self.emit(ev.ConversationItemDone(previous_item_id=previous, item=item))
+        self._finished_in_conversation(response, item)
+
+    def _joined(self, response: ActiveResponse, item: dict[str, Any]) -> None:
+        """A response's output item joins the conversation (not an out-of-band one's)."""
+        if response.in_conversation:
+            previous = self.session.items.last_item_id
+            self.emit(ev.ConversationItemAdded(previous_item_id=previous, item=item))
+            self.emit(ev.ConversationItemCreated(previous_item_id=previous, item=item))
+
+    def _finished_in_conversation(self, response: ActiveResponse, item: dict[str, Any]) -> None:
+        if response.in_conversation:
+            previous = self.session.items.last_item_id
+            self.emit(ev.ConversationItemDone(previous_item_id=previous, item=item))
 
     def speak(self, response: ActiveResponse) -> None:
         self.emit(
@@ -435,10 +442,9 @@ class SessionEmitter:
             "status": "completed" if status == "completed" else "incomplete",
             "content": content,
         }
-        previous = self.session.items.last_item_id
         index = _message_index(response)
         self.emit(ev.ResponseOutputItemDone(response_id=rid, output_index=index, item=item))
-        self.emit(ev.ConversationItemDone(previous_item_id=previous, item=item))
+        self._finished_in_conversation(response, item)
         return item
 
 

@@ -39,7 +39,7 @@ from ..plugin import (
 )
 from ..settings import check_tool_choice, check_tools
 from .context import SessionContext, StageOutputItem
-from .conversation import StoredItem
+from .conversation import StoredItem, chat_messages
 from .lease import LeaseActivity
 from .part_events import InputTranscribed, ResponseEnded
 from .playout import AudioUnit
@@ -100,6 +100,8 @@ class ResponseFlow:
             )
             return
         if session.response is not None:
+            # One response at a time, out-of-band ones included: OpenAI documents no
+            # exception for them, and a session has one output stream to play them on.
             self.out.error(
                 "conversation_already_has_active_response",
                 "Conversation already has an active response in progress: "
@@ -108,7 +110,32 @@ class ResponseFlow:
                 event_id=command.event_id,
             )
             return
-        self.start(options=options)
+        context = None
+        if options.get("input") is not None:
+            context = self._context(options["input"], command.event_id)
+            if context is None:
+                return
+        self.start(options=options, context=context)
+
+    def _context(self, entries: list[dict[str, Any]], event_id: str | None) -> list[Any] | None:
+        """``response.input`` as items: an ``item_reference`` becomes the conversation's
+        item; one naming no item is refused (``None``) naming its param."""
+        items: list[Any] = []
+        for index, entry in enumerate(entries):
+            if entry.get("type") != "item_reference":
+                items.append(entry)
+                continue
+            stored = self.session.items.get(entry["id"])
+            if stored is None:
+                self.out.error(
+                    "item_not_found",
+                    f"response.input[{index}] names no item in the conversation: {entry['id']}",
+                    event_id=event_id,
+                    param=f"response.input[{index}].id",
+                )
+                return None
+            items.append(stored.item)
+        return items
 
     def _refused_option(self, options: dict[str, Any]) -> str | None:
         caps = self.session.capabilities
@@ -119,15 +146,24 @@ class ResponseFlow:
             caps, _OPTION_FLAGS["max_output_tokens"]
         ):
             return "max_response_output_tokens"
+        if options.get("input") is not None and self.plugin.streams_input:
+            # A model-native response is a stretch of the session's one input stream.
+            return "input"
         return None
 
     def start(
-        self, *, options: dict[str, Any] | None = None, carried_by: str | None = None
+        self,
+        *,
+        options: dict[str, Any] | None = None,
+        carried_by: str | None = None,
+        context: list[Any] | None = None,
     ) -> None:
         """Open a response for the committed input (or user text) and submit it.
 
         ``carried_by``: the committed turn was transcribed while spoken; that stage
-        request already holds the audio and carries this response.
+        request already holds the audio and carries this response. ``context``: the
+        items of ``response.input``, the response's whole context instead of the
+        conversation (its last user message is what it answers).
         """
         session = self.session
         plugin = self.plugin
@@ -160,13 +196,22 @@ class ResponseFlow:
 
         # Nothing new from the user: the model speaks first (or again) from the conversation
         # and the session's instructions, as OpenAI's does.
-        opening = session.committed_input is None and not session.pending_user_text
-        audio = session.committed_input if session.committed_input is not None else _EMPTY
-        text = session.pending_user_text
+        history = session.items.messages() if context is None else chat_messages(context)
+        if context is not None or not response.in_conversation:
+            # Beside the conversation: the user's pending turn stays for the conversation's
+            # own response. Given items, the last user message among them is answered;
+            # otherwise the pending text is read, not taken (audio is only ever taken).
+            audio = _EMPTY
+            text = _last_user_text(history) if context is not None else session.pending_user_text
+            opening = not text
+        else:
+            audio = session.committed_input if session.committed_input is not None else _EMPTY
+            text = session.pending_user_text
+            opening = session.committed_input is None and not text
+            session.committed_input = None
+            session.pending_user_text = ""
         response.input_audio_ms = audio.size * 1000 / plugin.input_sample_rate_hz
         response.input_text = text
-        session.committed_input = None
-        session.pending_user_text = ""
         if plugin.streams_input:
             # Model-native plugins (streams_input) feed every response from the session's
             # resumable stage-0 request; a response is a stretch of that stream, so there
@@ -175,6 +220,7 @@ class ResponseFlow:
         request = self._request(
             response_id,
             options,
+            history=history,
             audio=_EMPTY if carried_by is not None else audio,
             text=text,
             input_streamed=carried_by is not None,
@@ -198,13 +244,17 @@ class ResponseFlow:
         if not turn_detection.get("create_response", True):
             return None
         text = self.session.pending_user_text
-        return self._request("", {}, audio=_EMPTY, text=text, input_streamed=True, opening=False)
+        history = self.session.items.messages()
+        return self._request(
+            "", {}, history=history, audio=_EMPTY, text=text, input_streamed=True, opening=False
+        )
 
     def _request(
         self,
         response_id: str,
         options: dict[str, Any],
         *,
+        history: list[dict[str, Any]],
         audio: np.ndarray,
         text: str,
         input_streamed: bool,
@@ -217,7 +267,7 @@ class ResponseFlow:
             response_id=response_id,
             input_audio=audio,
             input_text=text,
-            history=session.items.messages(),
+            history=history,
             options=options,
             session=session.settings.as_model_config(),
             input_streamed=input_streamed,
@@ -324,8 +374,9 @@ class ResponseFlow:
         if result.done:
             call["status"] = "completed"
             self.out.function_call_done(response, call)
-            item = function_call_item(call)
-            self.session.items.add(StoredItem(item=item, response_id=response.response_id))
+            if response.in_conversation:
+                item = function_call_item(call)
+                self.session.items.add(StoredItem(item=item, response_id=response.response_id))
 
     def _on_audio(self, response: ActiveResponse, result: ModelAudio) -> None:
         session = self.session
@@ -420,7 +471,7 @@ class ResponseFlow:
         if clear_output and played is None:
             self.out.output_audio_cleared(response.response_id)
         self._finish(response, status="cancelled", reason=reason)
-        if played is not None and response.conversation != "none":
+        if played is not None and response.in_conversation:
             self.out.item_truncated(response.item_id, 0, played)
         return True
 
@@ -481,7 +532,7 @@ class ResponseFlow:
             error_message=error_message,
             stage_metrics=metrics,
         )
-        if response.conversation != "none" and response.message_index is not None:
+        if response.in_conversation and response.message_index is not None:
             self._store_assistant_item(response, status, transcript)
         session.advance(TurnStep.RESPONSE_END)
         self.playback.response_ended(response, status)
@@ -579,9 +630,15 @@ _EMPTY = np.zeros(0, dtype=np.float32)
 
 
 def _string_metadata(raw: Any) -> dict[str, str] | None:
-    if not isinstance(raw, dict):
-        return None
-    return {str(k): str(v) for k, v in raw.items() if isinstance(v, str)}
+    # The codec let through string pairs only (check_metadata): a copy, echoed as sent.
+    return dict(raw) if isinstance(raw, dict) else None
+
+
+def _last_user_text(history: list[dict[str, Any]]) -> str:
+    """What a response given ``response.input`` answers: its last message, if the user's."""
+    if history and history[-1].get("role") == "user":
+        return str(history[-1].get("content") or "")
+    return ""
 
 
 def _assistant_item(

@@ -206,6 +206,12 @@ class ActiveResponse:
     def wants_audio(self) -> bool:
         return "audio" in self.modalities
 
+    @property
+    def in_conversation(self) -> bool:
+        """``conversation: "none"`` (out of band): its items never join the conversation,
+        so no ``conversation.item.*`` event tells of them and no later response sees them."""
+        return self.conversation != "none"
+
     def usage(self) -> dict[str, Any]:
         """OpenAI's ``response.usage``, counted in units every plugin has: one token per
         started 100 ms of audio and one per word of text (models here share no tokenizer)."""
