@@ -305,8 +305,16 @@ def _build_server_app(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any
     from .openai.origins import OriginPolicy
     from .turn_responses import turn_plugin
 
-    if args.max_sessions is not None:
-        session = {**pipeline.duplex_session, "max_sessions": args.max_sessions}
+    limits = {
+        key: value
+        for key, value in (
+            ("max_sessions", args.max_sessions),
+            ("max_transcription_sessions", args.max_transcription_sessions),
+        )
+        if value is not None
+    }
+    if limits:
+        session = {**pipeline.duplex_session, **limits}
         pipeline = dataclasses.replace(pipeline, duplex_session=session)
     model_name = pipeline.served_model_name or pipeline.name
     origins = OriginPolicy.for_bind(
@@ -404,6 +412,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--api-key", default=None, help="require this key on every route")
     serve.add_argument("--max-sessions", type=int, default=None)
+    serve.add_argument(
+        "--max-transcription-sessions",
+        type=int,
+        default=None,
+        help="transcription sessions admitted apart from --max-sessions conversations",
+    )
     serve.add_argument(
         "--log-level",
         default="info",

@@ -42,6 +42,7 @@ from ..realtime.items import (
     validate_truncate,
 )
 from ..realtime.session import (
+    SESSION_TYPE,
     RealtimeInputDefaults,
     build_session_object,
     next_input_defaults,
@@ -49,6 +50,14 @@ from ..realtime.session import (
     validate_session,
 )
 from ..realtime.session_patch import FieldRejection, PartialUpdate, apply_partially
+from ..realtime.transcription_session import (
+    LOGPROBS_INCLUDE,
+    TRANSCRIPTION_INTENT,
+    TRANSCRIPTION_SESSION_TYPE,
+    build_transcription_session_object,
+    is_transcription,
+    wants_logprobs,
+)
 from ..realtime.turn_detection import (
     check_overlap_policy,
     overlap_policy_for,
@@ -65,8 +74,12 @@ __all__ = [
     "DEFAULT_OUTPUT_RATE_HZ",
     "ERROR_CLASS_BY_CODE",
     "INPUT_AUDIO_FORMATS",
+    "LOGPROBS_INCLUDE",
     "OUTPUT_AUDIO_FORMATS",
     "PERMISSIVE_CAPABILITIES",
+    "SESSION_TYPE",
+    "TRANSCRIPTION_INTENT",
+    "TRANSCRIPTION_SESSION_TYPE",
     "AudioFormat",
     "Dialect",
     "DuplexCommandError",
@@ -87,6 +100,7 @@ __all__ = [
     "b64decode_strict",
     "b64encode_str",
     "build_session_object",
+    "build_transcription_session_object",
     "cancelled_response_id",
     "check_overlap_policy",
     "command_from_realtime",
@@ -101,6 +115,7 @@ __all__ = [
     "error_class_for",
     "event_from_realtime",
     "events",
+    "is_transcription",
     "media_response_id",
     "new_event_id",
     "next_input_defaults",
@@ -120,4 +135,5 @@ __all__ = [
     "validate_session",
     "validate_truncate",
     "validate_turn_detection",
+    "wants_logprobs",
 ]

@@ -38,6 +38,7 @@ from .response_events import (
     ResponseOutputTextDelta,
     ResponseOutputTextDone,
 )
+from .transcription_session import TRANSCRIPTION_UPDATED_TYPE, is_transcription
 
 # ---- session -------------------------------------------------------------------------
 
@@ -67,6 +68,17 @@ class SessionUpdated(_SessionEvent):
 
     type: ClassVar[str] = "session.updated"
     beta_type: ClassVar[str | None] = "session.updated"
+
+    def adapt_beta(self, rendered: dict[str, Any]) -> dict[str, Any]:
+        """Beta answers a transcription session's update with its own event type; its
+        SDK's model of that session requires a ``client_secret``, which OpenAI mints only
+        over REST: a socket's update carries it empty."""
+        transcribing = is_transcription(rendered.get("session"))
+        rendered = _SessionEvent.adapt_beta(self, rendered)
+        if transcribing:
+            rendered["type"] = TRANSCRIPTION_UPDATED_TYPE
+            rendered["session"].setdefault("client_secret", {"value": "", "expires_at": 0})
+        return rendered
 
 
 # ---- input audio buffer --------------------------------------------------------------

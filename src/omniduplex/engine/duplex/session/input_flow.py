@@ -514,6 +514,10 @@ class InputFlow:
             live.abort()
             self.out.listen("silence_or_noise", None)
             return None
+        if settings.transcription_only:
+            # A transcription session answers nothing: each turn gets its transcript.
+            live.transcribe_committed(item_id, audio)
+            return None
         if create_response is None:
             create_response = bool(settings.auto_response)
         if not create_response:
@@ -565,6 +569,14 @@ class InputFlow:
 
     def on_append_text(self, command: cmd.AppendText) -> None:
         session = self.session
+        if session.settings.transcription_only:
+            self.out.error(
+                "transcription_session_response_unsupported",
+                "a transcription session transcribes audio; it takes no text turns",
+                event_id=command.event_id,
+                param="type",
+            )
+            return
         if not session.capabilities.supports_text_input:
             self.out.error(
                 "native_text_append_unsupported",

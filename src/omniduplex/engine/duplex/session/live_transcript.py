@@ -173,6 +173,35 @@ class LiveTranscription:
             self._release(utterance)
             self.out.error("input_transcription_failed", f"could not finish the transcript: {exc}")
 
+    def transcribe_committed(self, item_id: str, audio: np.ndarray) -> None:
+        """A transcription session's committed turn: the utterance that heard it is
+        closed for its transcript; a turn no utterance heard (manual commits, a plugin
+        that does not decode while the user speaks) is transcribed whole."""
+        if self._speaking is not None and self._speaking.item_id == item_id:
+            self.finish_transcript_only()
+            return
+        self.abort()
+        utterance = Utterance(item_id=item_id, start_sample=0)
+        self._opened += 1
+        utterance.fence = self.session.fence
+        utterance.request_id = stage_request_id(utterance.fence, f"utt{self._opened}")
+        plugin = self.ctx.plugin
+        state = self.session.model_state
+        try:
+            opening = plugin.plan_utterance_audio(state, audio, opening=True)
+            self.ctx.stage.submit(
+                StageSubmission(utterance.request_id, 0, opening, utterance.fence)
+            )
+            end = plugin.plan_utterance_end(state)
+            self.ctx.stage.submit(
+                StageSubmission(utterance.request_id, 0, end, utterance.fence, final=True)
+            )
+        except Exception as exc:
+            self._release(utterance)
+            self.out.error("input_transcription_failed", f"could not transcribe the turn: {exc}")
+            return
+        self._finishing[utterance.request_id] = utterance
+
     def take_final(self, request_id: str, transcript: str) -> FinalTranscript | None:
         """The committed utterance a final transcript of ``request_id`` belongs to (it
         reports nothing more), with the delta that completes its deltas."""
