@@ -180,6 +180,29 @@ async def test_ga_first_session_update_opens_a_manual_transcription_session(serv
         assert error["error"]["param"] == "type"
 
 
+async def test_logprobs_come_when_include_asks_for_them(server) -> None:
+    async with _client(server).realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        events = Events(conn, GA)
+        await events.until("session.created")
+        await conn.session.update(
+            session={
+                "type": "transcription",
+                "audio": {"input": {"transcription": TRANSCRIPTION}},
+                "include": ["item.input_audio_transcription.logprobs"],
+            }
+        )
+        updated = await events.until("session.updated")
+        assert updated["session"]["include"] == ["item.input_audio_transcription.logprobs"]
+        await _speak(conn, "what time is it", tail_ms=1200)
+        completed = await events.until(COMPLETED)
+    assert completed["transcript"] == "what time is it"
+    tokens = completed["logprobs"]
+    assert "".join(t["token"] for t in tokens) == completed["transcript"]
+    assert all(t["logprob"] <= 0 and bytes(t["bytes"]).decode() == t["token"] for t in tokens)
+    deltas = [e for e in events.seen if e["type"] == DELTA]
+    assert deltas and all("".join(t["token"] for t in d["logprobs"]) == d["delta"] for d in deltas)
+
+
 async def test_beta_transcription_session_update(server) -> None:
     # The beta SDK builds its URL from websocket_base_url.
     client = AsyncOpenAI(api_key="unused", websocket_base_url=server.ws_url.rsplit("/", 1)[0])

@@ -385,6 +385,7 @@ class SessionSettings:
             "temperature": self.temperature,
             "max_output_tokens": self.max_output_tokens,
             "ref_audio": self.ref_audio,
+            "include": list(self.echoed.get("include") or []),
             "extra_body": dict(self.extra_body),
         }
 

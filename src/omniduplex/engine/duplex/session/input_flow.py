@@ -685,8 +685,11 @@ class InputFlow:
         parts = [p for p in target.item.get("content", []) if p.get("type") == "input_audio"]
         if parts and all(p.get("transcript") == result.text for p in parts):
             return
+        logprobs = list(result.logprobs) if result.logprobs is not None else None
         if final is not None and final.delta:
-            self.out.input_transcript_delta(final.item_id, final.delta)
+            # The final delta's words are the transcript's last ones.
+            tail = logprobs[final.delta_from :] if logprobs is not None else None
+            self.out.input_transcript_delta(final.item_id, final.delta, tail)
         for part in parts:
             part["transcript"] = result.text
-        self.out.input_transcribed(target.item["id"], result.text)
+        self.out.input_transcribed(target.item["id"], result.text, logprobs)
