@@ -276,3 +276,11 @@ async def test_transcription_sessions_are_admitted_apart(deploy) -> None:
                 async with client.realtime.connect(model="cascade-rules") as other:
                     refused = await _first(other)
                 assert refused["error"]["code"] == "resource_exhausted"
+
+
+async def test_an_unknown_intent_is_refused(server) -> None:
+    async with _client(server).realtime.connect(extra_query={"intent": "dictation"}) as conn:
+        refused = orjson.loads(await asyncio.wait_for(conn.recv_bytes(), TIMEOUT_S))
+    GA.validate_python(refused)
+    assert refused["error"]["type"] == "invalid_request_error"
+    assert refused["error"]["param"] == "intent"
