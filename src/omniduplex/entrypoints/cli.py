@@ -340,8 +340,16 @@ def _build_server_app(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any
     from .openai.origins import OriginPolicy
     from .turn_responses import turn_plugin
 
-    if args.max_sessions is not None:
-        session = {**pipeline.duplex_session, "max_sessions": args.max_sessions}
+    limits = {
+        key: value
+        for key, value in (
+            ("max_sessions", args.max_sessions),
+            ("max_transcription_sessions", args.max_transcription_sessions),
+        )
+        if value is not None
+    }
+    if limits:
+        session = {**pipeline.duplex_session, **limits}
         pipeline = dataclasses.replace(pipeline, duplex_session=session)
     model_name = pipeline.served_model_name or pipeline.name
     origins = OriginPolicy.for_bind(
@@ -446,6 +454,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="serve TLS (https://, wss://) with this certificate (chain); needs --ssl-keyfile",
     )
     serve.add_argument("--ssl-keyfile", default=None, metavar="PEM", help="the certificate's key")
+    serve.add_argument(
+        "--max-transcription-sessions",
+        type=int,
+        default=None,
+        help="transcription sessions admitted apart from --max-sessions conversations",
+    )
     serve.add_argument(
         "--log-level",
         default="info",

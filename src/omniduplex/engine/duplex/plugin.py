@@ -90,11 +90,15 @@ class ModelInputTranscript:
 
     A partial (``final=False``) is the whole hypothesis of the utterance so far and may
     revise its last words; the engine turns successive partials into append-only deltas.
-    The final transcript is authoritative.
+    The final transcript is authoritative. ``logprobs``, from a plugin that
+    ``reports_logprobs`` when asked: one ``{"token", "logprob", "bytes"}`` per word of
+    ``text``, each token spelled as it appears in it (a space before every word but the
+    first), so the tokens joined are ``text``.
     """
 
     text: str
     final: bool = True
+    logprobs: tuple[dict[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +230,10 @@ class DuplexModelPlugin(ABC):
     if the turn were committed now (``response_id`` empty), so the model may start the
     reply at a pause before the commit. The response's real request, at commit, is the
     one that counts: a draft made from anything else must be dropped.
+
+    ``reports_logprobs`` (with ``plan_utterance_audio``): asked with ``logprobs=True``
+    on an utterance's opening piece, stage 0 gives its transcripts ``logprobs``
+    (``ModelInputTranscript``); a session's ``include`` asks for them.
     """
 
     plugin_id: str = ""
@@ -234,6 +242,7 @@ class DuplexModelPlugin(ABC):
     streams_input: bool = False
     transcribes_while_speaking: bool = False
     drafts_replies: bool = False
+    reports_logprobs: bool = False
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})
@@ -292,9 +301,11 @@ class DuplexModelPlugin(ABC):
         *,
         opening: bool,
         preview: ResponseRequest | None = None,
+        logprobs: bool = False,
     ) -> dict[str, Any]:
         """Stage-0 data with one piece of an utterance's audio; ``opening``: its first
-        (with the ``preview`` of its response, for plugins that ``drafts_replies``)."""
+        (with the ``preview`` of its response, for plugins that ``drafts_replies``, and
+        ``logprobs`` for plugins that ``reports_logprobs``)."""
         raise NotImplementedError(f"{type(self).__name__} does not transcribe while speaking")
 
     def plan_utterance_end(self, state: DuplexModelSessionState) -> dict[str, Any]:

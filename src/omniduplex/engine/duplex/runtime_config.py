@@ -36,9 +36,13 @@ events, is treated as disconnected: its socket is aborted and its session detach
 (resumable) or closes. ``max_outbox_bytes_per_session`` is the same bound for an
 in-process handle's outbox.
 
-``when_full`` is what a new session finds when ``max_sessions`` are admitted: ``refuse``
+``max_transcription_sessions`` bounds transcription sessions (``session.type:
+"transcription"``) apart: they only run the ASR, so a deployment serves many of them beside
+its conversations, and neither kind takes the other's slots.
+
+``when_full`` is what a new session finds when its kind's limit is reached: ``refuse``
 answers ``resource_exhausted``; ``evict_detached`` (the default) gives it the slot of the
-session that has been detached longest (its socket dropped, still inside its
+session of its kind that has been detached longest (its socket dropped, still inside its
 ``disconnect_grace_s``), which ends with ``session.expired``, reason
 ``evicted_for_new_session``; with none detached, the new session is refused.
 """
@@ -58,6 +62,7 @@ WHEN_FULL = ("refuse", "evict_detached")
 @dataclass(frozen=True, slots=True)
 class DuplexSessionRuntimeConfig:
     max_sessions: int = 16
+    max_transcription_sessions: int = 64
     idle_ttl_s: float | None = 300.0
     disconnect_grace_s: float = 30.0
     reaper_interval_s: float = 1.0

@@ -9,11 +9,15 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ...protocol.duplex import (
+    DEFAULT_INPUT_RATE_HZ,
     DEFAULT_OUTPUT_RATE_HZ,
+    SESSION_TYPE,
+    TRANSCRIPTION_SESSION_TYPE,
     AudioFormat,
     RealtimeInputDefaults,
     RealtimeProtocolError,
     build_session_object,
+    build_transcription_session_object,
     check_overlap_policy,
     next_input_defaults,
     overlap_policy_for,
@@ -181,6 +185,13 @@ class SessionSettings:
     ref_audio: str | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
     echoed: dict[str, Any] = field(default_factory=dict)
+    # ``realtime`` (a conversation) or ``transcription`` (transcripts only, no responses);
+    # chosen when the session opens.
+    session_type: str = SESSION_TYPE
+
+    @property
+    def transcription_only(self) -> bool:
+        return self.session_type == TRANSCRIPTION_SESSION_TYPE
 
     @property
     def tools(self) -> list[dict[str, Any]]:
@@ -229,6 +240,17 @@ class SessionSettings:
             raise RealtimeProtocolError("session must be an object", "invalid_session_config")
         payload = patch.get("session") if isinstance(patch.get("session"), Mapping) else patch
         changes: dict[str, Any] = {}
+        kind = payload.get("type")
+        if isinstance(kind, str) and kind != self.session_type:
+            if not opening:
+                # OpenAI refuses the other kind's update the same way.
+                raise RealtimeProtocolError(
+                    f"this is a {self.session_type} session: it cannot become a {kind} "
+                    "session (open a new connection for that)",
+                    "session_type_change_unsupported",
+                    param="type",
+                )
+            changes["session_type"] = kind
         model = payload.get("model")
         # The model is chosen when the session opens. A later update naming another one
         # keeps it, and session.updated says which model answers: stock clients (the
@@ -364,6 +386,7 @@ class SessionSettings:
             "temperature": self.temperature,
             "max_output_tokens": self.max_output_tokens,
             "ref_audio": self.ref_audio,
+            "include": list(self.echoed.get("include") or []),
             "extra_body": dict(self.extra_body),
         }
 
@@ -395,6 +418,8 @@ class SessionSettings:
             "playback": session.current_playback().as_dict(),
             "capabilities": session.capabilities.as_dict(),
         }
+        if self.transcription_only:
+            return self._transcription_object(session, state)
         return build_session_object(
             session.session_id,
             model=self.model,
@@ -424,3 +449,24 @@ class SessionSettings:
         if transcribes or self.echoed.get("input_audio_transcription") is None:
             return self.echoed
         return {**self.echoed, "input_audio_transcription": None}
+
+    def _transcription_object(
+        self, session: DuplexEngineSession, state: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A transcription session's object: its input audio, ``include`` and the
+        engine's keys (what concerns responses and output does not apply)."""
+        for key in [k for k in state if k.startswith(("output_", "playback"))]:
+            del state[key]
+        return build_transcription_session_object(
+            session.session_id,
+            input_format=self.input_format,
+            input_rate_hz=self.input_format.effective_rate(DEFAULT_INPUT_RATE_HZ),
+            transcription=self.echoed.get("input_audio_transcription"),
+            noise_reduction=self.echoed.get("input_audio_noise_reduction"),
+            turn_detection=served_turn_detection(
+                self.turn_detection,
+                semantic_supported=session.capabilities.supports_semantic_vad,
+            ),
+            include=self.echoed.get("include"),
+            state=state,
+        )

@@ -11,6 +11,9 @@ Query parameters and headers:
   realtime=v1`` header, or the browser subprotocol ``openai-beta.realtime-v1``. An explicit
   ``?dialect=ga|beta`` wins over the header.
 * ``model``: the default session's model.
+* ``intent`` (OpenAI's): ``transcription`` makes the connection's session a
+  transcription session (``session.type: "transcription"``) and opens it at once, with or
+  without ``model``, as OpenAI does; any other value is refused.
 * ``autostart`` (``0|false|no|off``): open nothing before the first message (which may be
   ``session.update`` or ``session.resume``). ``resume`` (``1|true|yes|on``): resume-only.
 * ``duplex`` (decision 1): whether the connection receives our Tier 3 event *types*
@@ -71,6 +74,8 @@ from typing import Any, Final, Literal
 import orjson
 
 from omniduplex.protocol.duplex import (
+    TRANSCRIPTION_INTENT,
+    TRANSCRIPTION_SESSION_TYPE,
     Dialect,
     DuplexCommandError,
     ErrorEvent,
@@ -111,6 +116,8 @@ _SPEECH_EVENTS: Final = (
     events.InputAudioBufferSpeechStarted,
     events.InputAudioBufferSpeechStopped,
 )
+
+_UPDATE_TYPES: Final = frozenset({UpdateSession.type, *UpdateSession.aliases})
 
 FirstKind = Literal["resume", "open", "open_default"]
 
@@ -216,6 +223,8 @@ class RealtimeEnvelope:
     default_model: str | None = None
     autostart: bool = True
     resume_only: bool = False
+    # ``?intent=transcription``: the session this connection opens only transcribes.
+    transcription: bool = False
     # ``?duplex`` as given (None: absent); ``extensions`` is what is in force now.
     duplex: bool | None = None
     extensions: bool = False
@@ -243,9 +252,13 @@ class RealtimeEnvelope:
         model = query.get("model")
         model = str(model).strip() if model is not None else ""
         duplex = query_flag(query, "duplex")
+        intent = str(query.get("intent") or "").strip().lower()
+        if intent and intent != TRANSCRIPTION_INTENT:
+            raise _query_error("intent", f"query parameter intent must be {TRANSCRIPTION_INTENT!r}")
         return cls(
             dialect=select_dialect(query, headers, subprotocols),
             default_model=model or None,
+            transcription=intent == TRANSCRIPTION_INTENT,
             autostart=query_flag(query, "autostart") is not False,
             resume_only=query_flag(query, "resume") is True,
             duplex=True if duplex is None and duplex_route else duplex,
@@ -267,18 +280,24 @@ class RealtimeEnvelope:
     def initial_open(self) -> dict[str, Any] | None:
         """Decision 17: the session payload to open before reading anything, or ``None``.
 
-        Non-``None`` only once, on a connection with ``?model=`` that neither says
-        ``?autostart=0`` nor is resume-only.
+        Non-``None`` only once, on a connection with ``?model=`` or
+        ``?intent=transcription`` that neither says ``?autostart=0`` nor is resume-only.
         """
         if (
             self.state is not HandshakeState.AWAITING_FIRST
             or not self.autostart
             or self.resume_only
-            or not self.default_model
+            or not (self.default_model or self.transcription)
         ):
             return None
         self._step(HandshakeState.OPENING)
-        return {"model": self.default_model}
+        return self._intended({"model": self.default_model} if self.default_model else {})
+
+    def _intended(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The opening session object, a transcription session's when the URL said so."""
+        if self.transcription and "type" not in payload:
+            payload["type"] = TRANSCRIPTION_SESSION_TYPE
+        return payload
 
     def first_message(self, frame: str | bytes) -> FirstMessage:
         """Classify the connection's first frame (see the module docstring)."""
@@ -301,10 +320,10 @@ class RealtimeEnvelope:
             self._step(HandshakeState.RESUMING)
             return FirstMessage("resume", command)
         self._step(HandshakeState.OPENING)
-        if isinstance(command, UpdateSession) and wire_type == UpdateSession.type:
+        if isinstance(command, UpdateSession) and wire_type in _UPDATE_TYPES:
             self._fold(command)
-            return FirstMessage("open", command, dict(command.patch))
-        return FirstMessage("open_default", command, {"model": self.default_model})
+            return FirstMessage("open", command, self._intended(dict(command.patch)))
+        return FirstMessage("open_default", command, self._intended({"model": self.default_model}))
 
     def bind_session(self, session_id: str) -> None:
         """The session exists: ``decode`` handles every frame from now on."""

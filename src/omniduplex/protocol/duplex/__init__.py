@@ -43,6 +43,7 @@ from ..realtime.items import (
     validate_truncate,
 )
 from ..realtime.session import (
+    SESSION_TYPE,
     RealtimeInputDefaults,
     build_session_object,
     next_input_defaults,
@@ -57,6 +58,14 @@ from ..realtime.session import (
     validate_session,
 )
 from ..realtime.session_patch import FieldRejection, PartialUpdate, apply_partially
+from ..realtime.transcription_session import (
+    LOGPROBS_INCLUDE,
+    TRANSCRIPTION_INTENT,
+    TRANSCRIPTION_SESSION_TYPE,
+    build_transcription_session_object,
+    is_transcription,
+    wants_logprobs,
+)
 from ..realtime.turn_detection import (
     IDLE_TIMEOUT_KEY,
     check_overlap_policy,
@@ -76,8 +85,12 @@ __all__ = [
     "IDLE_TIMEOUT_KEY",
     "IMAGE_SIGNATURES",
     "INPUT_AUDIO_FORMATS",
+    "LOGPROBS_INCLUDE",
     "OUTPUT_AUDIO_FORMATS",
     "PERMISSIVE_CAPABILITIES",
+    "SESSION_TYPE",
+    "TRANSCRIPTION_INTENT",
+    "TRANSCRIPTION_SESSION_TYPE",
     "AudioFormat",
     "Dialect",
     "DuplexCommandError",
@@ -98,6 +111,7 @@ __all__ = [
     "b64decode_strict",
     "b64encode_str",
     "build_session_object",
+    "build_transcription_session_object",
     "cancelled_response_id",
     "check_overlap_policy",
     "command_from_realtime",
@@ -114,6 +128,7 @@ __all__ = [
     "event_from_realtime",
     "events",
     "image_part_indexes",
+    "is_transcription",
     "media_response_id",
     "new_event_id",
     "next_input_defaults",
@@ -140,4 +155,5 @@ __all__ = [
     "validate_session",
     "validate_truncate",
     "validate_turn_detection",
+    "wants_logprobs",
 ]

@@ -40,6 +40,11 @@ ERROR_CLASS_BY_CODE: Final = MappingProxyType(
         "invalid_input_modality": _CLIENT,
         "missing_item_id": _CLIENT,
         "invalid_session_config": _CLIENT,
+        # transcription sessions: a model without a transcriber, a session that would
+        # change its kind, a response asked of a session that only transcribes
+        "transcription_unsupported": _CLIENT,
+        "session_type_change_unsupported": _CLIENT,
+        "transcription_session_response_unsupported": _CLIENT,
         "invalid_event_ack": _CLIENT,
         # sessions, handshake and resume
         "session_exists": _CLIENT,

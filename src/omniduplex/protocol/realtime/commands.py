@@ -37,6 +37,7 @@ from .session import (
     validate_session,
 )
 from .session_patch import FieldRejection, apply_partially
+from .transcription_session import TRANSCRIPTION_SESSION_TYPE, TRANSCRIPTION_UPDATE_TYPE
 from .wire_values import (
     check_metadata,
     fail,
@@ -116,6 +117,8 @@ class UpdateSession(RealtimeCommand):
     """
 
     type: ClassVar[str] = "session.update"
+    # Beta's update of a transcription session: the same fields, its type implied.
+    aliases: ClassVar[tuple[str, ...]] = (TRANSCRIPTION_UPDATE_TYPE,)
 
     patch: dict[str, Any] = field(default_factory=dict)
     # A report of decoding, not content: a rendering carries only what was accepted.
@@ -124,6 +127,8 @@ class UpdateSession(RealtimeCommand):
     @classmethod
     def from_realtime(cls, obj: Mapping[str, Any], ctx: DecodeContext) -> Self:
         patch = json_copy(session_of_update(obj), "session")
+        if ctx.wire_type == TRANSCRIPTION_UPDATE_TYPE:
+            patch["type"] = TRANSCRIPTION_SESSION_TYPE
         outcome = apply_partially(patch, lambda rest: validate_session(rest, ctx.capabilities))
         if not outcome.applied:
             first = outcome.rejected[0]

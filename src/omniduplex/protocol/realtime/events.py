@@ -38,6 +38,7 @@ from .response_events import (
     ResponseOutputTextDelta,
     ResponseOutputTextDone,
 )
+from .transcription_session import TRANSCRIPTION_UPDATED_TYPE, is_transcription
 
 # ---- session -------------------------------------------------------------------------
 
@@ -67,6 +68,17 @@ class SessionUpdated(_SessionEvent):
 
     type: ClassVar[str] = "session.updated"
     beta_type: ClassVar[str | None] = "session.updated"
+
+    def adapt_beta(self, rendered: dict[str, Any]) -> dict[str, Any]:
+        """Beta answers a transcription session's update with its own event type; its
+        SDK's model of that session requires a ``client_secret``, which OpenAI mints only
+        over REST: a socket's update carries it empty."""
+        transcribing = is_transcription(rendered.get("session"))
+        rendered = _SessionEvent.adapt_beta(self, rendered)
+        if transcribing:
+            rendered["type"] = TRANSCRIPTION_UPDATED_TYPE
+            rendered["session"].setdefault("client_secret", {"value": "", "expires_at": 0})
+        return rendered
 
 
 # ---- input audio buffer --------------------------------------------------------------
@@ -228,16 +240,18 @@ def _no_transcription_usage() -> dict[str, Any]:
 class ConversationItemInputAudioTranscriptionDelta(RealtimeEvent):
     """A piece of the user's transcript while they speak (same name in both dialects).
 
-    OpenAI's optional ``logprobs`` is not a field: we never produce it, so it is left off
-    the wire (the SDK defaults it to ``None``) and ignored when parsing.
+    ``logprobs`` (``{"token", "logprob", "bytes"}`` per token of ``delta``) only when the
+    session's ``include`` asks for them; otherwise it is left off the wire.
     """
 
     type: ClassVar[str] = "conversation.item.input_audio_transcription.delta"
     beta_type: ClassVar[str | None] = "conversation.item.input_audio_transcription.delta"
+    optional_fields: ClassVar[frozenset[str]] = frozenset({"logprobs"})
 
     item_id: str
     content_index: int = 0
     delta: str
+    logprobs: list[dict[str, Any]] | None = None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -245,10 +259,14 @@ class ConversationItemInputAudioTranscriptionCompleted(RealtimeEvent):
     type: ClassVar[str] = "conversation.item.input_audio_transcription.completed"
     beta_type: ClassVar[str | None] = "conversation.item.input_audio_transcription.completed"
 
+    optional_fields: ClassVar[frozenset[str]] = frozenset({"logprobs"})
+
     item_id: str
     content_index: int = 0
     transcript: str
     usage: dict[str, Any] = field(default_factory=_no_transcription_usage)
+    # Of the whole transcript, only when the session's ``include`` asks for them.
+    logprobs: list[dict[str, Any]] | None = None
 
 
 # ---- misc ----------------------------------------------------------------------------

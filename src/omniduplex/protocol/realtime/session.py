@@ -41,6 +41,7 @@ from .session_formats import (
     read_output_rate,
 )
 from .session_options import ECHOED_OPTION_CHECKS
+from .transcription_session import TRANSCRIPTION_SESSION_TYPE
 from .turn_detection import (
     TURN_DETECTION_DEFAULTS,
     check_overlap_policy,
@@ -212,9 +213,10 @@ def validate_session(
     """
     caps = capabilities or PERMISSIVE_CAPABILITIES
     kind = session.get("type")
-    if kind is not None and kind != SESSION_TYPE:
+    if kind is not None and kind not in (SESSION_TYPE, TRANSCRIPTION_SESSION_TYPE):
         raise fail(
-            f"session.type must be {SESSION_TYPE!r}; {quote(kind)} sessions are not served",
+            f"session.type must be {SESSION_TYPE!r} or {TRANSCRIPTION_SESSION_TYPE!r}; "
+            f"{quote(kind)} sessions are not served",
             "type",
             "invalid_session_config",
         )

@@ -48,10 +48,12 @@ class StageOutputItem:
 @dataclass(frozen=True, slots=True)
 class FinalTranscript:
     """The final transcript of a committed utterance: its user item and the delta that
-    completes the transcript deltas already sent for it ('' when none is owed)."""
+    completes the transcript deltas already sent for it ('' when none is owed), which
+    starts at word ``delta_from`` of the transcript."""
 
     item_id: str
     delta: str
+    delta_from: int = 0
 
 
 # ---- what the runner owns and lends ---------------------------------------------------

@@ -93,17 +93,21 @@ class SessionEmitter:
             self.input_transcribed(item["id"], transcript)
         self.emit(ev.ConversationItemDone(previous_item_id=previous, item=item))
 
-    def input_transcript_delta(self, item_id: str, delta: str) -> None:
+    def input_transcript_delta(
+        self, item_id: str, delta: str, logprobs: list[dict[str, Any]] | None = None
+    ) -> None:
         self.emit(
             ev.ConversationItemInputAudioTranscriptionDelta(
-                item_id=item_id, content_index=0, delta=delta
+                item_id=item_id, content_index=0, delta=delta, logprobs=logprobs
             )
         )
 
-    def input_transcribed(self, item_id: str, transcript: str) -> None:
+    def input_transcribed(
+        self, item_id: str, transcript: str, logprobs: list[dict[str, Any]] | None = None
+    ) -> None:
         self.emit(
             ev.ConversationItemInputAudioTranscriptionCompleted(
-                item_id=item_id, content_index=0, transcript=transcript
+                item_id=item_id, content_index=0, transcript=transcript, logprobs=logprobs
             )
         )
 

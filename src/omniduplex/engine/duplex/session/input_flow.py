@@ -604,6 +604,10 @@ class InputFlow:
             live.abort()
             self.out.listen("silence_or_noise", None)
             return None
+        if settings.transcription_only:
+            # A transcription session answers nothing: each turn gets its transcript.
+            live.transcribe_committed(item_id, audio)
+            return None
         if create_response is None:
             create_response = bool(settings.auto_response)
         if not create_response:
@@ -655,6 +659,14 @@ class InputFlow:
 
     def on_append_text(self, command: cmd.AppendText) -> None:
         session = self.session
+        if session.settings.transcription_only:
+            self.out.error(
+                "transcription_session_response_unsupported",
+                "a transcription session transcribes audio; it takes no text turns",
+                event_id=command.event_id,
+                param="type",
+            )
+            return
         if not session.capabilities.supports_text_input:
             self.out.error(
                 "native_text_append_unsupported",
@@ -765,8 +777,11 @@ class InputFlow:
         parts = [p for p in target.item.get("content", []) if p.get("type") == "input_audio"]
         if parts and all(p.get("transcript") == result.text for p in parts):
             return
+        logprobs = list(result.logprobs) if result.logprobs is not None else None
         if final is not None and final.delta:
-            self.out.input_transcript_delta(final.item_id, final.delta)
+            # The final delta's words are the transcript's last ones.
+            tail = logprobs[final.delta_from :] if logprobs is not None else None
+            self.out.input_transcript_delta(final.item_id, final.delta, tail)
         for part in parts:
             part["transcript"] = result.text
-        self.out.input_transcribed(target.item["id"], result.text)
+        self.out.input_transcribed(target.item["id"], result.text, logprobs)

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ....protocol.duplex import wants_logprobs
 from ..contracts import DuplexFence, StageSubmission, stage_request_id
 from ..plugin import ModelError, ModelInputTranscript, ResponseRequest
 from .context import FinalTranscript, SessionContext, StageOutputItem
@@ -44,6 +45,11 @@ class TranscriptDeltas:
     def text(self) -> str:
         """Everything let out so far (the deltas joined)."""
         return " ".join(self._emitted)
+
+    @property
+    def words(self) -> int:
+        """How many words the deltas let out so far."""
+        return len(self._emitted)
 
     def partial(self, hypothesis: str) -> str:
         """The delta a new hypothesis lets out ('' when nothing new is settled)."""
@@ -173,13 +179,44 @@ class LiveTranscription:
             self._release(utterance)
             self.out.error("input_transcription_failed", f"could not finish the transcript: {exc}")
 
+    def transcribe_committed(self, item_id: str, audio: np.ndarray) -> None:
+        """A transcription session's committed turn: the utterance that heard it is
+        closed for its transcript; a turn no utterance heard (manual commits, a plugin
+        that does not decode while the user speaks) is transcribed whole."""
+        if self._speaking is not None and self._speaking.item_id == item_id:
+            self.finish_transcript_only()
+            return
+        self.abort()
+        utterance = Utterance(item_id=item_id, start_sample=0)
+        self._opened += 1
+        utterance.fence = self.session.fence
+        utterance.request_id = stage_request_id(utterance.fence, f"utt{self._opened}")
+        plugin = self.ctx.plugin
+        state = self.session.model_state
+        extra = {"logprobs": True} if self._wants_logprobs() else {}
+        try:
+            opening = plugin.plan_utterance_audio(state, audio, opening=True, **extra)
+            self.ctx.stage.submit(
+                StageSubmission(utterance.request_id, 0, opening, utterance.fence)
+            )
+            end = plugin.plan_utterance_end(state)
+            self.ctx.stage.submit(
+                StageSubmission(utterance.request_id, 0, end, utterance.fence, final=True)
+            )
+        except Exception as exc:
+            self._release(utterance)
+            self.out.error("input_transcription_failed", f"could not transcribe the turn: {exc}")
+            return
+        self._finishing[utterance.request_id] = utterance
+
     def take_final(self, request_id: str, transcript: str) -> FinalTranscript | None:
         """The committed utterance a final transcript of ``request_id`` belongs to (it
         reports nothing more), with the delta that completes its deltas."""
         utterance = self._finishing.pop(request_id, None)
         if utterance is None:
             return None
-        return FinalTranscript(utterance.item_id, utterance.deltas.final(transcript))
+        before = utterance.deltas.words
+        return FinalTranscript(utterance.item_id, utterance.deltas.final(transcript), before)
 
     def forget(self, request_ids: list[str]) -> None:
         """A response ended: utterances it carried will report nothing more."""
@@ -204,7 +241,7 @@ class LiveTranscription:
                 if result.final:
                     self.ctx.tell(InputTranscribed(result, item.request_id))
                 else:
-                    self._partial(utterance, result.text)
+                    self._partial(utterance, result)
             elif isinstance(result, ModelError):
                 self._lost(utterance, item.request_id, result.message)
         if item.finished:
@@ -217,11 +254,14 @@ class LiveTranscription:
         utterance = self._speaking
         return utterance.heard if utterance is not None else (0, "")
 
-    def _partial(self, utterance: Utterance, hypothesis: str) -> None:
+    def _partial(self, utterance: Utterance, result: ModelInputTranscript) -> None:
+        hypothesis = result.text
         utterance.heard = (utterance.heard[0] + 1, hypothesis)
+        before = utterance.deltas.words
         delta = utterance.deltas.partial(hypothesis)
         if delta:
-            self.out.input_transcript_delta(utterance.item_id, delta)
+            logprobs = _words_logprobs(result.logprobs, before, utterance.deltas.words)
+            self.out.input_transcript_delta(utterance.item_id, delta, logprobs)
 
     def _lost(self, utterance: Utterance, request_id: str, message: str) -> None:
         self._finishing.pop(request_id, None)
@@ -254,6 +294,8 @@ class LiveTranscription:
             extra: dict[str, Any] = {}
             if opening and plugin.drafts_replies:
                 extra["preview"] = self._preview()
+            if opening and self._wants_logprobs():
+                extra["logprobs"] = True
             data = plugin.plan_utterance_audio(
                 self.session.model_state, samples, opening=opening, **extra
             )
@@ -264,6 +306,22 @@ class LiveTranscription:
             utterance.failed = True
             self._release(utterance)
 
+    def _wants_logprobs(self) -> bool:
+        """The session's ``include`` asks for them and the plugin reports them (only
+        such a plugin is asked, so older ones keep their signature)."""
+        wanted = wants_logprobs(self.session.settings.echoed.get("include"))
+        return wanted and self.ctx.plugin.reports_logprobs
+
     def _release(self, utterance: Utterance) -> None:
         if utterance.request_id:
             self.ctx.stage.abort([utterance.request_id])
+
+
+def _words_logprobs(
+    logprobs: tuple[dict[str, Any], ...] | None, start: int, end: int
+) -> list[dict[str, Any]] | None:
+    """The log probabilities of words ``start`` to ``end`` of a hypothesis (those a
+    delta lets out), when the hypothesis has them."""
+    if logprobs is None:
+        return None
+    return [dict(entry) for entry in logprobs[start:end]]

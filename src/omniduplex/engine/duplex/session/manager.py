@@ -6,8 +6,10 @@ runner, its only writer. The manager owns the server-wide input audio budget
 (``max_buffered_input_s``); each runner keeps its own session's share of it
 (``input_budget.py``). A session that is closing keeps its admission slot until
 its stage cleanup has finished; a failed cleanup keeps the slot and is retried by the
-reaper. ``session.closed`` / ``session.expired`` is always the session's last event and
-is emitted after the cleanup attempt, also when it failed.
+reaper. Conversations and transcription sessions are admitted apart, each kind up to its
+own limit (``max_sessions``, ``max_transcription_sessions``). ``session.closed`` /
+``session.expired`` is always the session's last event and is emitted after the cleanup
+attempt, also when it failed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ....protocol.duplex import RealtimeProtocolError
+from ....protocol.duplex import (
+    SESSION_TYPE,
+    TRANSCRIPTION_SESSION_TYPE,
+    RealtimeProtocolError,
+    is_transcription,
+)
 from ....protocol.duplex import commands as cmd
 from ....protocol.duplex import events as ev
 from ..contracts import SessionStages
@@ -77,6 +84,8 @@ class DuplexSessionManager:
         self._closing: dict[str, _PendingCleanup] = {}
         self._admitting: set[str] = set()
         self._abandoned: set[str] = set()
+        # The kind (``session.type``) of every session holding a slot, for its own limit.
+        self._kinds: dict[str, str] = {}
         self._executor = ThreadPoolExecutor(
             max_workers=runtime.offload_workers, thread_name_prefix="duplex-session"
         )
@@ -89,7 +98,19 @@ class DuplexSessionManager:
 
     @property
     def admitted(self) -> int:
-        return len(self.runners.keys() | self._closing.keys() | self._admitting)
+        return len(self._holding())
+
+    def admitted_of(self, kind: str) -> int:
+        """Sessions of ``kind`` (``realtime`` or ``transcription``) holding a slot."""
+        return sum(1 for sid in self._holding() if self._kinds.get(sid) == kind)
+
+    def _holding(self) -> set[str]:
+        return self.runners.keys() | self._closing.keys() | self._admitting
+
+    def _limit_of(self, kind: str) -> int:
+        if kind == TRANSCRIPTION_SESSION_TYPE:
+            return self.runtime.max_transcription_sessions
+        return self.runtime.max_sessions
 
     async def open(self, session_id: str, payload: Mapping[str, Any]) -> OpenResult:
         if (
@@ -100,16 +121,26 @@ class DuplexSessionManager:
             raise DuplexSessionError(
                 f"Duplex session already exists: {session_id}", code="session_exists"
             )
-        if self.admitted >= self.runtime.max_sessions:
-            await self._evict_for(session_id)
-        if self.admitted >= self.runtime.max_sessions:
+        kind = TRANSCRIPTION_SESSION_TYPE if is_transcription(payload) else SESSION_TYPE
+        holding = self._holding()
+        self._kinds = {sid: k for sid, k in self._kinds.items() if sid in holding}
+        limit = self._limit_of(kind)
+        if self.admitted_of(kind) >= limit:
+            await self._evict_for(session_id, kind)
+        if self.admitted_of(kind) >= limit:
+            what = (
+                "transcription_session" if kind == TRANSCRIPTION_SESSION_TYPE else "duplex_session"
+            )
             raise DuplexSessionError(
-                f"duplex_session_capacity_exhausted: limit={self.runtime.max_sessions}",
+                f"{what}_capacity_exhausted: limit={limit}",
                 code="resource_exhausted",
                 retryable=True,
             )
         self._admitting.add(session_id)
+        self._kinds[session_id] = kind
         try:
+            if kind == TRANSCRIPTION_SESSION_TYPE:
+                self._check_transcriber()
             # The model's defaults first (e.g. server VAD for a VAD-driven cascade), then
             # whatever the client sent on top.
             settings = SessionSettings.from_realtime(
@@ -181,15 +212,28 @@ class DuplexSessionManager:
             self._admitting.discard(session_id)
             self._abandoned.discard(session_id)
 
-    async def _evict_for(self, session_id: str) -> None:
-        """Full: under ``when_full: evict_detached`` the longest-detached session makes
-        way for ``session_id`` (``runtime_config.py``)."""
+    def _check_transcriber(self) -> None:
+        """A transcription session needs a model that transcribes its input by itself
+        (turn-based, with an ASR stage): else it is refused at open."""
+        if self.plugin.streams_input or not self.capabilities.supports_input_transcription:
+            raise DuplexSessionError(
+                f"{self.served_model} has no transcriber: transcription sessions are not "
+                "served by this deployment (serve a cascade for them)",
+                code="transcription_unsupported",
+                param="type",
+            )
+
+    async def _evict_for(self, session_id: str, kind: str) -> None:
+        """Full: under ``when_full: evict_detached`` the longest-detached session of the
+        same kind makes way for ``session_id`` (``runtime_config.py``)."""
         if self.runtime.when_full != "evict_detached":
             return
         detached = [
             (runner.session.lease.detached_at, sid)
             for sid, runner in self.runners.items()
-            if runner.session.lease.detached_at is not None and not runner.closing
+            if runner.session.lease.detached_at is not None
+            and not runner.closing
+            and self._kinds.get(sid) == kind
         ]
         if detached:
             _, oldest = min(detached)

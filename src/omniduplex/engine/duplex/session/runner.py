@@ -254,7 +254,7 @@ class DuplexSessionRunner:
             ),
             cmd.ClearInput: inputs.on_clear,
             cmd.AppendText: lambda c: after(lambda: inputs.on_append_text(c)),
-            cmd.CreateResponse: lambda c: after(lambda: responses.on_create(c)),
+            cmd.CreateResponse: self._on_create_response,
             cmd.CancelResponse: self._on_cancel_response,
             cmd.ClearOutputAudio: responses.on_clear_output,
             cmd.CancelInput: self._on_barge_in,
@@ -268,6 +268,20 @@ class DuplexSessionRunner:
             cmd.RetrieveItem: items.retrieve,
             cmd.SignalTurn: self._on_signal_turn,
         }
+
+    def _on_create_response(self, command: cmd.CreateResponse) -> None:
+        """A response starts behind the input before it; a transcription session never
+        answers, so it refuses at once."""
+        if self.session.settings.transcription_only:
+            self.out.error(
+                "transcription_session_response_unsupported",
+                "response.create is not available in a transcription session: it only "
+                "transcribes the input audio",
+                event_id=command.event_id,
+                param="type",
+            )
+            return
+        self._input_tail.after(lambda: self.responses.on_create(command))
 
     def _on_cancel_response(self, command: cmd.CancelResponse) -> None:
         """An active response is cancelled at once, never behind in-flight appends. With

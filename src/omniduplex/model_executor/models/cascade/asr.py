@@ -26,7 +26,9 @@ back when it finishes or is aborted. A request that finds none waits up to
 
 from __future__ import annotations
 
+import math
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -45,9 +47,11 @@ from .vad import SILERO_FRAME_SAMPLES, SileroClassifier
 from .whisper_asr import WhisperUtterance, load_whisper_model
 
 GRAMMAR_SEARCH = "cascade_grammar"
+# A posterior that underflowed to 0: the log of the smallest float (JSON has no -inf).
+_LN_SMALLEST = math.log(sys.float_info.min)
 _WORD = re.compile(r"[a-z']+")
 # Keys of a request's data the stage consumes; everything else is passed through.
-_CONSUMED = ("audio", "sample_rate_hz", "live", "transcribe_only", "draft")
+_CONSUMED = ("audio", "sample_rate_hz", "live", "transcribe_only", "draft", "logprobs")
 
 
 def normalise_sentence(text: str) -> str:
@@ -170,6 +174,7 @@ class _Turn:
     final_at: float = 0.0
     live: bool = False
     transcribe_only: bool = False
+    logprobs: bool = False  # its transcripts carry each word's log probability
     last_partial: str = ""
     draft: dict[str, Any] | None = None
     drafted: str = ""  # the text of the last draft sent on
@@ -249,6 +254,7 @@ class AsrStageModel(StageModel):
     def _ingest(self, turn: _Turn, inputs: StageInput) -> None:
         turn.live = turn.live or bool(inputs.data.get("live"))
         turn.transcribe_only = turn.transcribe_only or bool(inputs.data.get("transcribe_only"))
+        turn.logprobs = turn.logprobs or bool(inputs.data.get("logprobs"))
         if isinstance(inputs.data.get("draft"), Mapping):
             turn.draft = {k: v for k, v in inputs.data["draft"].items() if k != "audio"}
         audio = inputs.data.get("audio")
@@ -383,6 +389,8 @@ class AsrStageModel(StageModel):
             partial = self._partial(turn) if turn.live else None
             if partial is not None:
                 data = {"kind": "partial_transcript", "transcript": partial}
+                if turn.logprobs:
+                    data["logprobs"] = self._word_logprobs(decoder, partial)
                 outputs.append(self.output(request_id, data, to_owner=True))
             draft = self._draft(turn)
             if draft is not None:
@@ -395,6 +403,7 @@ class AsrStageModel(StageModel):
             turn.started = False
             hyp = decoder.hyp()
             text = self._transcript(hyp.hypstr) if hyp is not None else ""
+        logprobs = self._word_logprobs(decoder, text) if turn.logprobs and text else None
         self._give_back(turn)
         del self._turns[request_id]
         done = self._clock()
@@ -414,6 +423,7 @@ class AsrStageModel(StageModel):
             "kind": "transcript",
             "transcript": text,
             "heard_audio": turn.samples_decoded > 0,
+            **({"logprobs": logprobs} if logprobs is not None else {}),
             "input_audio_s": turn.samples_received / self.options.input_rate_hz,
             "trace": trace,
         }
@@ -430,6 +440,30 @@ class AsrStageModel(StageModel):
             return None
         turn.drafted = text
         return {**turn.draft, "kind": "draft", "transcript": text, "heard_audio": True}
+
+    def _word_logprobs(self, decoder: Any, text: str) -> list[dict[str, Any]]:
+        """Each word of ``text`` with the natural log of its posterior (pocketsphinx's
+        segments of the best path; fillers and silences are not words), spelled as in
+        the transcript: a space before every word but the first."""
+        posteriors = [
+            (word, seg.prob)
+            for seg in decoder.seg()
+            if (word := normalise_sentence(re.sub(r"\(\d+\)$", "", seg.word)))
+            and not seg.word.startswith(("<", "[", "+"))
+        ]
+        out = []
+        for index, word in enumerate(text.split()):
+            # pocketsphinx's log arithmetic can round a sure word's posterior past 1.
+            prob = min(1.0, posteriors[index][1]) if index < len(posteriors) else 0.0
+            token = word if index == 0 else " " + word
+            out.append(
+                {
+                    "token": token,
+                    "logprob": math.log(prob) if prob > 0 else _LN_SMALLEST,
+                    "bytes": list(token.encode("utf-8")),
+                }
+            )
+        return out
 
     def _transcript(self, hypothesis: str) -> str:
         """pocketsphinx's words as the grammar spells them; Whisper's text as it wrote it

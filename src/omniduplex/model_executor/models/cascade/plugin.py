@@ -52,6 +52,7 @@ from omniduplex.engine.duplex.vad import (
     TranscriptCompletionModel,
     TurnCompletionModel,
 )
+from omniduplex.protocol.duplex import LOGPROBS_INCLUDE, wants_logprobs
 
 from .engines import resolve_engines
 from .options import CascadeOptions
@@ -94,11 +95,12 @@ class CascadeDataPlane(DuplexDataPlane):
             ]
         if kind == "partial_transcript":
             text = str(data.get("transcript") or "")
-            return [ModelInputTranscript(text=text, final=False)] if text else []
+            logprobs = _logprobs(data)
+            return [ModelInputTranscript(text=text, final=False, logprobs=logprobs)] if text else []
         if kind == "transcript":
             text = str(data.get("transcript") or "")
             if data.get("heard_audio") and text:
-                return [ModelInputTranscript(text=text, final=True)]
+                return [ModelInputTranscript(text=text, final=True, logprobs=_logprobs(data))]
             return []
         if kind == "listen":
             return [ModelListen(reason=str(data.get("reason", "model_listen")))]
@@ -147,6 +149,9 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
             )
             engines = replace(engines, fallbacks=(*engines.fallbacks, note))
         self.engines = engines
+        # pocketsphinx has each word's posterior; the Whisper decode here scores only
+        # whole sequences.
+        self.reports_logprobs = engines.asr == "pocketsphinx"
         for note in self.engines.fallbacks:
             log.warning("cascade: %s", note)
 
@@ -191,6 +196,12 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
         )
 
     def validate_session_config(self, config: Mapping[str, Any]) -> None:
+        if wants_logprobs(config.get("include")) and not self.reports_logprobs:
+            raise DuplexRuntimeConfigError(
+                f"{LOGPROBS_INCLUDE} is not available: the {self.engines.asr} recogniser "
+                "of this deployment gives no per-word log probabilities",
+                param="include",
+            )
         modalities = config.get("modalities")
         if modalities is None:
             return
@@ -229,10 +240,13 @@ class CascadeDuplexPlugin(DuplexModelPlugin):
         *,
         opening: bool,
         preview: ResponseRequest | None = None,
+        logprobs: bool = False,
     ) -> dict[str, Any]:
         data: dict[str, Any] = {"audio": np.asarray(samples, dtype=np.float32)}
         if opening:
             data["live"] = True
+            if logprobs:
+                data["logprobs"] = True
             if preview is not None and self.drafts_replies:
                 data["draft"] = _response_data(preview)
         return data
@@ -277,6 +291,11 @@ def _response_data(request: ResponseRequest) -> dict[str, Any]:
         "tools": [dict(tool) for tool in request.tools],
         "tool_choice": request.tool_choice,
     }
+
+
+def _logprobs(data: Mapping[str, Any]) -> tuple[dict[str, Any], ...] | None:
+    raw = data.get("logprobs")
+    return tuple(dict(entry) for entry in raw) if isinstance(raw, list) else None
 
 
 def _load_turn_model(choice: str) -> TurnCompletionModel | None:
