@@ -146,3 +146,15 @@ def test_a_declared_function_is_called_and_its_output_answered(
     _assert_worked(report, {"connect", "configure", "call", "answer", "close"})
     # cascade-rules calls with the user's words and speaks the tool's output.
     assert f"answer: {json.dumps(FORECAST['forecast'] + '.')}" in " ".join(report["notes"])
+
+
+def test_a_transcription_session_captions_speech(
+    rules: RunningServer, tls: TlsFiles, question: str
+) -> None:
+    # `{ intent: "transcription" }` is how the openai package opens one; the Agents SDK has none.
+    report = run_node(
+        "openai_ws", "transcription", tls, **_target(rules, "cascade-rules"), question_pcm=question
+    )
+    _assert_worked(
+        report, {"connect", "configure", "committed", "transcript", "deltas", "no_response"}
+    )
