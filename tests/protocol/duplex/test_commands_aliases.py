@@ -20,6 +20,13 @@ ALIASES: list[tuple[str, dict[str, Any], RealtimeCommand]] = [
     ("close", {}, cmd.CloseSession(event_id="a")),
     ("close_session", {"reason": "bye"}, cmd.CloseSession(event_id="a", reason="bye")),
     ("input.commit", {}, cmd.Commit(event_id="a", create_response=True)),
+    (
+        "transcription_session.update",
+        {"session": {"input_audio_format": "pcm16"}},
+        cmd.UpdateSession(
+            event_id="a", patch={"input_audio_format": "pcm16", "type": "transcription"}
+        ),
+    ),
 ]
 
 
@@ -45,9 +52,10 @@ def test_every_alias_is_registered_once() -> None:
 
 
 def test_twenty_one_wire_types_plus_aliases() -> None:
-    # wire.md 3.0: 21 canonical wire types (the 20 classes + input.commit), plus 6 aliases.
+    # wire.md 3.0: 21 canonical wire types (the 20 classes + input.commit), plus 7 aliases
+    # (beta's transcription_session.update among them).
     assert len(cmd.CANONICAL_TYPES) == 20
-    assert len(cmd.COMMAND_TYPES) == 27
+    assert len(cmd.COMMAND_TYPES) == 28
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,6 @@ from sdk_client_event_samples import TONE_B64, beta_samples, ga_samples, pcm16_t
 
 from omniduplex.protocol.duplex import commands as cmd
 from omniduplex.protocol.realtime.base import RealtimeCommand
-from omniduplex.protocol.realtime.errors import RealtimeProtocolError
 from omniduplex.protocol.realtime.formats import G711_ALAW, G711_ULAW, AudioFormat
 
 GA_SAMPLES = ga_samples()
@@ -78,22 +77,24 @@ def test_samples_cover_every_sdk_client_event_type() -> None:
     ga_types = {payload["type"] for _, payload, _ in GA_SAMPLES}
     beta_types = {payload["type"] for _, payload, _ in BETA_SAMPLES}
     assert ga_types == _sdk_type_names(sdk_ga.RealtimeClientEventParam)
-    # Transcription sessions are not served; see the test below.
+    # The beta transcription update is the next test's: it renders as a GA session.update.
     assert beta_types == _sdk_type_names(sdk_beta.RealtimeClientEventParam) - {
         "transcription_session.update"
     }
 
 
-def test_beta_transcription_session_update_is_an_unknown_event() -> None:
+def test_beta_transcription_session_update_is_a_session_update_of_a_transcription_session() -> None:
     payload = sdk_beta.TranscriptionSessionUpdateParam(
         type="transcription_session.update",
         event_id="t1",
         session={"input_audio_format": "pcm16", "turn_detection": {"type": "server_vad"}},
     )
-    with pytest.raises(RealtimeProtocolError) as caught:
-        decode_wire(dict(payload))
-    assert caught.value.code == "unknown_event"
-    assert caught.value.event_id == "t1"
+    BETA_CLIENT.validate_python(payload)
+    command = decode_wire(dict(payload))
+    assert isinstance(command, cmd.UpdateSession) and command.event_id == "t1"
+    assert command.patch["type"] == "transcription"
+    assert command.patch["input_audio_format"] == "pcm16"
+    assert cmd.command_from_realtime(command.to_realtime()) == command
 
 
 # ---- what the typed commands carry ------------------------------------------------------

@@ -97,8 +97,8 @@ REFUSALS: list[tuple[str, dict[str, Any], str, Any]] = [
     ("session not an object", {"type": "session.update", "session": "x"}, "bad_event", "session"),
     ("session null", {"type": "session.update", "session": None}, "bad_event", "session"),
     (
-        "transcription session",
-        {"type": "session.update", "session": {"type": "transcription"}},
+        "unknown session type",
+        {"type": "session.update", "session": {"type": "translation"}},
         "invalid_session_config",
         "type",
     ),
