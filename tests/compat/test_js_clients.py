@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from server_harness import RunningServer, TlsFiles, run_server, self_signed_tls
 
-from client_compat.report import question_pcm16
+from client_compat.report import COLUMNS, question_pcm16
 
 JS_DIR = Path(__file__).resolve().parent / "js"
 # Guards against a hung script only.
@@ -99,15 +99,7 @@ def _target(server: RunningServer, deployment: str) -> dict[str, Any]:
     }
 
 
-CONVERSATION_STEPS = {
-    "connect",
-    "configure",
-    "audio_in",
-    "reply_audio",
-    "transcripts",
-    "interruption",
-    "close",
-}
+CONVERSATION_STEPS = set(COLUMNS)  # the steps of the Python drivers' conversation
 
 
 @pytest.mark.parametrize("driver", ["openai_ws", "agents_realtime"])

@@ -9,7 +9,7 @@
 import { RealtimeAgent, RealtimeSession, tool as agentTool } from '@openai/agents-realtime';
 import { z } from 'zod';
 
-import { EventLog, RATE, Report, args, ofType, packageVersion, readPcm } from './common.mjs';
+import { EventLog, RATE, ofType, readPcm, runScenario } from './common.mjs';
 import { converse } from './conversation.mjs';
 
 const PCM = { type: 'audio/pcm', rate: RATE };
@@ -93,14 +93,4 @@ async function tool(options, report) {
   report.mark('close');
 }
 
-const SCENARIOS = { conversation, tool };
-
-const options = args();
-const report = new Report('@openai/agents-realtime', packageVersion('@openai/agents-realtime'), options.scenario);
-try {
-  await SCENARIOS[options.scenario](options, report);
-} catch (err) {
-  report.error(`${err.name}: ${err.message}`);
-}
-report.print();
-process.exit(0);
+await runScenario('@openai/agents-realtime', { conversation, tool });

@@ -149,3 +149,17 @@ export class Microphone {
 export function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
+
+/** Run the scenario the command line names with `pkg`'s client and print its report; an
+ * exception the library raised is the report's error, as a user would see it. */
+export async function runScenario(pkg, scenarios) {
+  const options = args();
+  const report = new Report(pkg, packageVersion(pkg), options.scenario);
+  try {
+    await scenarios[options.scenario](options, report);
+  } catch (err) {
+    report.error(`${err.name}: ${err.message}`);
+  }
+  report.print();
+  process.exit(0);
+}

@@ -10,7 +10,7 @@ import { once } from 'node:events';
 import OpenAI from 'openai';
 import { OpenAIRealtimeWS } from 'openai/realtime/ws';
 
-import { EventLog, RATE, Report, args, ofType, packageVersion, readPcm, silence } from './common.mjs';
+import { EventLog, RATE, ofType, readPcm, runScenario, silence } from './common.mjs';
 import { converse } from './conversation.mjs';
 
 const INSTRUCTIONS = 'You are a helpful voice assistant. Answer in one short sentence.';
@@ -137,14 +137,4 @@ async function transcription(options, report) {
   await close(client, report);
 }
 
-const SCENARIOS = { conversation, tool, transcription };
-
-const options = args();
-const report = new Report('openai', packageVersion('openai'), options.scenario);
-try {
-  await SCENARIOS[options.scenario](options, report);
-} catch (err) {
-  report.error(`${err.name}: ${err.message}`);
-}
-report.print();
-process.exit(0);
+await runScenario('openai', { conversation, tool, transcription });
