@@ -5,7 +5,9 @@ tests use it alike: the server runs on its own event loop in a thread, on a sock
 before the server starts (no port race). It yields the URL a client connects to: the
 streamable HTTP endpoint (``/mcp``), or the SSE one (``/sse``) of a server that speaks
 only SSE. ``headers_seen``, when given, receives the headers of every HTTP request the
-server gets (lower-case names), so a test can check a bearer token arrived.
+server gets (lower-case names), so a test can check a bearer token arrived;
+``tool_headers`` those the ``request_headers`` tool saw; ``calls_seen`` when ``hang`` started
+and whether it was cancelled (the server runs in another thread: poll it).
 
 Import it as other shared helpers are (``sys.path`` holds ``tests/``, see
 tests/engine/duplex/mcp/conftest.py): ``from mcp_servers import serve_mcp``.
@@ -20,6 +22,7 @@ from typing import Any, Literal
 
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ListToolsResult, PaginatedRequestParams, ToolAnnotations
 
 WEATHER = "It is 18 degrees and sunny in {city}."
@@ -49,7 +52,10 @@ class _PagedServer(MCPServer):
 
 
 def build_server(
-    *, page_size: int | None = None, tool_headers: list[dict[str, str]] | None = None
+    *,
+    page_size: int | None = None,
+    tool_headers: list[dict[str, str]] | None = None,
+    calls_seen: list[str] | None = None,
 ) -> MCPServer:
     server = _PagedServer(page_size)
 
@@ -70,9 +76,24 @@ def build_server(
 
     @server.tool()
     async def hang(seconds: float) -> str:
-        """Sleeps, then answers."""
-        await asyncio.sleep(seconds)
+        """Sleeps, then answers; ``calls_seen`` gets "hang started" and "hang cancelled"."""
+        if calls_seen is not None:
+            calls_seen.append("hang started")
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            if calls_seen is not None:
+                calls_seen.append("hang cancelled")
+            raise
         return f"slept {seconds} s"
+
+    @server.tool()
+    def fail_with(message: str, ctx: Context, echo_header: str = "") -> str:
+        """Fails with the message given (a ToolError's text reaches the client), followed by
+        the value of the request header ``echo_header`` when one is named: a server that
+        echoes a credential back."""
+        echoed = (ctx.headers or {}).get(echo_header, "") if echo_header else ""
+        raise ToolError(f"{message} {echoed}".strip())
 
     @server.tool()
     def big(n: int) -> str:
@@ -121,8 +142,9 @@ class serve_mcp:
         *,
         page_size: int | None = None,
         tool_headers: list[dict[str, str]] | None = None,
+        calls_seen: list[str] | None = None,
     ) -> None:
-        server = build_server(page_size=page_size, tool_headers=tool_headers)
+        server = build_server(page_size=page_size, tool_headers=tool_headers, calls_seen=calls_seen)
         app: Any = (
             server.streamable_http_app() if transport == "streamable-http" else server.sse_app()
         )
@@ -131,7 +153,10 @@ class serve_mcp:
         self._path = "/mcp" if transport == "streamable-http" else "/sse"
         self._socket = socket.socket()
         self._socket.bind(("127.0.0.1", 0))
-        config = uvicorn.Config(app, log_level="warning", lifespan="on")
+        # A client that is still connected (an SSE stream) must not hold the test up.
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=0.5
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._run, name="test-mcp-server", daemon=True)
 

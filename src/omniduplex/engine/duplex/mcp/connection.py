@@ -15,7 +15,8 @@ name its status as OpenAI's ``http_error`` does.
 
 Headers (an ``Authorization`` among them) reach the MCP server and nothing else: they are
 not logged, not in any ``repr``, and any message built here has their values replaced,
-even when the server echoes one back.
+even when the server echoes one back; the SDK's transports, which log whole messages at
+DEBUG, are held at INFO unless their own level was set.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ from .results import (
 )
 
 logger = logging.getLogger(__name__)
+
+# The SDK's transports log every JSON-RPC message whole at DEBUG: tool arguments and
+# results, and whatever a server echoes back (a credential among them). Nothing set for
+# these loggers themselves means nobody asked for that, so they are held at INFO.
+_SDK_MESSAGE_LOGGERS = ("mcp.client.streamable_http", "mcp.client.sse")
 
 # Statuses that say the URL has no streamable HTTP endpoint, only the older SSE one.
 _SSE_ONLY_STATUSES = frozenset({404, 405})
@@ -117,6 +123,7 @@ class McpConnection:
         Raises ``McpUrlRefused`` when the policy refuses the URL, ``ValueError`` for headers
         that are not strings, and ``McpOpenError`` for everything that went wrong after."""
         await policy.check(url)
+        _quiet_sdk_message_logs()
         connection = cls(url, request_headers(headers, authorization), config)
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[None] = loop.create_future()
@@ -303,6 +310,13 @@ class McpConnection:
             error = protocol_error(mcp_types.INTERNAL_ERROR, message)
         logger.info("MCP server %s could not be opened: %s", self._origin, error["message"])
         return McpOpenError(error["message"], error)
+
+
+def _quiet_sdk_message_logs() -> None:
+    for name in _SDK_MESSAGE_LOGGERS:
+        sdk_logger = logging.getLogger(name)
+        if sdk_logger.level == logging.NOTSET:
+            sdk_logger.setLevel(logging.INFO)
 
 
 async def _list_tools(session: ClientSession) -> list[McpTool]:
