@@ -14,6 +14,7 @@ from omniduplex.config import (
     load_deploy_config,
     parse_pipeline_config,
 )
+from omniduplex.engine.duplex.mcp import McpConfig
 from omniduplex.engine.stage import StageModelSpec
 
 SPEC = StageModelSpec("pkg.mod:Model")
@@ -110,6 +111,21 @@ def test_base_config_overrides_and_merges(tmp_path):
     assert [s.name for s in config.stages] == ["upper", "tts"]
 
 
+def test_the_mcp_block_is_read_and_a_profile_changes_one_key(tmp_path):
+    write(
+        tmp_path,
+        VALID + "mcp: {allowed_urls: ['http://127.0.0.1:8123/'], call_timeout_s: 5}\n",
+        "base.yaml",
+    )
+    base = load_deploy_config(tmp_path / "base.yaml")
+    assert base.mcp == McpConfig(allowed_urls=("http://127.0.0.1:8123/",), call_timeout_s=5)
+    path = write(tmp_path, "base_config: base.yaml\nmcp: {max_result_chars: 100}\n", "child.yaml")
+    child = load_deploy_config(path).mcp
+    assert child.allowed_urls == ("http://127.0.0.1:8123/",) and child.call_timeout_s == 5
+    assert child.max_result_chars == 100
+    assert load_deploy_config(write(tmp_path, VALID, "plain.yaml")).mcp == McpConfig()
+
+
 def test_base_config_cycle_is_an_error(tmp_path):
     write(tmp_path, "base_config: b.yaml\n", "a.yaml")
     write(tmp_path, "base_config: a.yaml\n", "b.yaml")
@@ -149,6 +165,10 @@ STAGE = "stages: [{name: s, model: {factory: 'pkg:M'}}]"
         (f"name: x\n{STAGE}\nduplex_session: [1]\n", "duplex_session must be a mapping"),
         (f"name: x\n{STAGE}\nserved_model_name: ''\n", "served_model_name must"),
         (f"name: x\n{STAGE}\nmax_requests: 0\n", "max_requests must be a positive"),
+        (f"name: x\n{STAGE}\nmcp: {{call_timeout: 3}}\n", r"setting\(s\) mcp\.call_timeout"),
+        (f"name: x\n{STAGE}\nmcp: {{call_timeout_s: 0}}\n", r"mcp\.call_timeout_s must be"),
+        (f"name: x\n{STAGE}\nmcp: {{allowed_urls: [ftp://x/]}}\n", r"mcp\.allowed_urls"),
+        (f"name: x\n{STAGE}\nmcp: [1]\n", "mcp must be a mapping"),
         ("name: x\nstages: [unclosed\n", "invalid YAML"),
     ],
 )

@@ -164,3 +164,16 @@ def test_an_unreadable_certificate_is_found_before_any_model_loads(tmp_path: Pat
     line = _error_line(done, CONFIG_ERROR_EXIT_CODE)
     assert "cannot serve TLS" in line and str(cert) in line
     assert "Waiting for application startup" not in done.stderr
+
+
+def test_a_bad_mcp_setting_names_the_file_and_the_key(tmp_path: Path) -> None:
+    deploy = tmp_path / "mcp.yaml"
+    deploy.write_text("base_config: loopback.yaml\nmcp: {call_timeout: 3}\n")
+    line = _error_line(_serve(str(deploy), "--port", "0"), CONFIG_ERROR_EXIT_CODE)
+    assert str(deploy) in line and "mcp.call_timeout" in line
+
+
+def test_a_bad_mcp_allow_prefix_is_one_line() -> None:
+    done = _serve("loopback", "--port", "0", "--mcp-allow", "ftp://files.internal/")
+    line = _error_line(done, CONFIG_ERROR_EXIT_CODE)
+    assert "--mcp-allow: mcp.allowed_urls: 'ftp://files.internal/'" in line

@@ -7,6 +7,7 @@ A deploy file describes one deployment::
     session_mode: turn             # "turn" or "duplex"
     duplex_plugin: null            # "package.module:Plugin" for a duplex-capable model
     duplex_session: {}             # runtime settings, passed through untouched
+    mcp: {}                        # remote MCP tools: allowed_urls, timeouts, caps
     cluster: {}                    # engine replicas on Ray (entrypoints/cluster), untouched here
     max_requests: 64               # requests outside sessions in flight at once
     base_config: other.yaml        # optional: start from another file and override it
@@ -31,11 +32,14 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from ..engine.stage.spec import StageModelSpec
+
+if TYPE_CHECKING:
+    from ..engine.duplex.mcp.config import McpConfig
 
 WORKER_KINDS = ("thread", "process")
 SESSION_MODES = ("turn", "duplex")
@@ -48,6 +52,7 @@ _PIPELINE_KEYS = frozenset(
         "session_mode",
         "duplex_plugin",
         "duplex_session",
+        "mcp",
         "cluster",
         "max_requests",
         "stages",
@@ -56,6 +61,14 @@ _PIPELINE_KEYS = frozenset(
 )
 _STAGE_KEYS = frozenset({"name", "model", "worker", "max_batch", "max_restarts"})
 _MODEL_KEYS = frozenset({"factory", "kwargs"})
+
+
+def _mcp_config(raw: Mapping[str, Any] | None = None) -> McpConfig:
+    # Imported here: the turn-based stack imports this module and no duplex module
+    # (tests/engine/test_import_boundary_turn.py); the mcp config module is light.
+    from ..engine.duplex.mcp.config import McpConfig
+
+    return McpConfig.from_mapping(raw)
 
 
 def _is_int(value: object) -> bool:
@@ -104,6 +117,9 @@ class PipelineConfig:
     once (``generate``, stage tasks such as a transcription, turn responses such as a
     chat completion); one more is refused at once (``EngineBusyError``), so a burst of
     HTTP calls cannot queue without end behind the sessions' work.
+
+    ``mcp`` is what the deployment allows sessions' remote MCP tools (which URLs, how
+    long, how much); see ``engine/duplex/mcp/config.py``.
     """
 
     name: str
@@ -113,6 +129,7 @@ class PipelineConfig:
     duplex_session: dict[str, Any] = field(default_factory=dict)
     served_model_name: str | None = None
     max_requests: int = 64
+    mcp: McpConfig = field(default_factory=_mcp_config)
     # How the deployment runs on more than one machine (``omniduplex serve --ray``); read
     # by ``entrypoints.cluster.ClusterConfig``, not here.
     cluster: dict[str, Any] = field(default_factory=dict)
@@ -168,6 +185,10 @@ class PipelineConfig:
         if not isinstance(cluster, Mapping):
             raise ValueError(f"pipeline {self.name!r}: cluster must be a mapping, got {cluster!r}")
         object.__setattr__(self, "cluster", dict(cluster))
+        from ..engine.duplex.mcp.config import McpConfig
+
+        if not isinstance(self.mcp, McpConfig):
+            raise ValueError(f"pipeline {self.name!r}: mcp must be an McpConfig")
 
         served = self.name if self.served_model_name is None else self.served_model_name
         if not isinstance(served, str) or not served:
@@ -259,6 +280,7 @@ def parse_pipeline_config(raw: Mapping[str, Any], *, source: str = "<mapping>") 
             duplex_session=raw.get("duplex_session") or {},
             served_model_name=raw.get("served_model_name"),
             cluster=raw.get("cluster") or {},
+            mcp=_mcp_config(raw.get("mcp")),
             **({"max_requests": raw["max_requests"]} if "max_requests" in raw else {}),
         )
     except ValueError as exc:

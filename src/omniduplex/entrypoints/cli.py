@@ -330,16 +330,9 @@ def _filter_server_logs(log_filter: logging.Filter) -> None:
             handler.addFilter(log_filter)
 
 
-def _build_server_app(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any]:
-    """The app that serves ``pipeline`` and, with ``--ray``, the cluster it fronts (the
-    second value, stopped when the server ends); with ``--replicas``, the front door of
-    replicas in child processes."""
-    from .async_omni import AsyncOmni
-    from .duplex_omni import DuplexOmni
-    from .openai.api_server import build_app
-    from .openai.origins import OriginPolicy
-    from .turn_responses import turn_plugin
-
+def pipeline_for_args(args: argparse.Namespace, pipeline: Any) -> Any:
+    """``pipeline`` with what the command line adds to its deploy file: the session limits
+    (``--max-sessions``, ``--max-transcription-sessions``) and ``--mcp-allow`` prefixes."""
     limits = {
         key: value
         for key, value in (
@@ -351,6 +344,27 @@ def _build_server_app(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any
     if limits:
         session = {**pipeline.duplex_session, **limits}
         pipeline = dataclasses.replace(pipeline, duplex_session=session)
+    if args.mcp_allow:
+        allowed = (*pipeline.mcp.allowed_urls, *args.mcp_allow)
+        try:
+            mcp = dataclasses.replace(pipeline.mcp, allowed_urls=allowed)
+        except ValueError as exc:
+            raise StartupError(f"--mcp-allow: {exc}", exit_code=CONFIG_ERROR_EXIT_CODE) from None
+        pipeline = dataclasses.replace(pipeline, mcp=mcp)
+    return pipeline
+
+
+def _build_server_app(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any]:
+    """The app that serves ``pipeline`` and, with ``--ray``, the cluster it fronts (the
+    second value, stopped when the server ends); with ``--replicas``, the front door of
+    replicas in child processes."""
+    from .async_omni import AsyncOmni
+    from .duplex_omni import DuplexOmni
+    from .openai.api_server import build_app
+    from .openai.origins import OriginPolicy
+    from .turn_responses import turn_plugin
+
+    pipeline = pipeline_for_args(args, pipeline)
     model_name = pipeline.served_model_name or pipeline.name
     origins = OriginPolicy.for_bind(
         args.host, allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin
@@ -435,7 +449,8 @@ def _process_replicas(args: argparse.Namespace, pipeline: Any) -> int | None:
     return int(replicas)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``omniduplex`` command line (``main`` parses with it)."""
     parser = argparse.ArgumentParser(prog="omniduplex", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("deployments", help="list the shipped deployments")
@@ -459,6 +474,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         default=None,
         help="transcription sessions admitted apart from --max-sessions conversations",
+    )
+    serve.add_argument(
+        "--mcp-allow",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="a URL prefix of MCP servers sessions may use, private or loopback ones too "
+        "(repeatable; added to the deployment's mcp.allowed_urls)",
     )
     serve.add_argument(
         "--log-level",
@@ -512,6 +535,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..bench.cli import add_arguments as add_bench_arguments
 
     add_bench_arguments(bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "bench":
         from ..bench.cli import run_command as run_bench_command
