@@ -7,7 +7,9 @@ streamable HTTP endpoint (``/mcp``), or the SSE one (``/sse``) of a server that 
 only SSE. ``headers_seen``, when given, receives the headers of every HTTP request the
 server gets (lower-case names), so a test can check a bearer token arrived;
 ``tool_headers`` those the ``request_headers`` tool saw; ``calls_seen`` when ``hang`` started
-and whether it was cancelled (the server runs in another thread: poll it).
+and whether it was cancelled (the server runs in another thread: poll it). ``bearer``
+makes the server answer 401 to a request without that bearer token, ``refused_tool``
+answers 403 to each call of that tool (``_Gate``).
 
 Import it as other shared helpers are (``sys.path`` holds ``tests/``, see
 tests/engine/duplex/mcp/conftest.py): ``from mcp_servers import serve_mcp``.
@@ -16,6 +18,7 @@ tests/engine/duplex/mcp/conftest.py): ``from mcp_servers import serve_mcp``.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 from typing import Any, Literal
@@ -124,6 +127,58 @@ class _RecordHeaders:
         await self._app(scope, receive, send)
 
 
+class _Gate:
+    """ASGI middleware that answers some requests with an HTTP error instead of the MCP
+    server: each without ``Authorization: Bearer <bearer>`` (401), and each POST that calls
+    the tool ``refused_tool`` (403, plain text, as a gateway in front of a server would)."""
+
+    def __init__(self, app: Any, bearer: str | None, refused_tool: str | None) -> None:
+        self._app = app
+        self._bearer = bearer
+        self._refused_tool = refused_tool
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self._app(scope, receive, send)
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        if self._bearer is not None and headers.get("authorization") != f"Bearer {self._bearer}":
+            return await _answer(send, 401)
+        if self._refused_tool is None or scope["method"] != "POST":
+            return await self._app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = None
+        if (
+            isinstance(request, dict)
+            and request.get("method") == "tools/call"
+            and request.get("params", {}).get("name") == self._refused_tool
+        ):
+            return await _answer(send, 403)
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self._app(scope, replay, send)
+
+
+async def _answer(send: Any, status: int) -> None:
+    text = f"refused with {status}".encode()
+    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(text)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": text})
+
+
 def closed_port_url(path: str = "/mcp") -> str:
     """A URL on 127.0.0.1 where nothing listens (a free port, closed again)."""
     with socket.socket() as sock:
@@ -143,11 +198,15 @@ class serve_mcp:
         page_size: int | None = None,
         tool_headers: list[dict[str, str]] | None = None,
         calls_seen: list[str] | None = None,
+        bearer: str | None = None,
+        refused_tool: str | None = None,
     ) -> None:
         server = build_server(page_size=page_size, tool_headers=tool_headers, calls_seen=calls_seen)
         app: Any = (
             server.streamable_http_app() if transport == "streamable-http" else server.sse_app()
         )
+        if bearer is not None or refused_tool is not None:
+            app = _Gate(app, bearer, refused_tool)
         if headers_seen is not None:
             app = _RecordHeaders(app, headers_seen)
         self._path = "/mcp" if transport == "streamable-http" else "/sse"

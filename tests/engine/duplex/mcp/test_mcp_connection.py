@@ -240,3 +240,53 @@ async def test_opening_and_closing_leaks_no_tasks(transport: str) -> None:
                 await connect(closed_port_url())
         await asyncio.sleep(0)
         assert asyncio.all_tasks() == before
+
+
+@pytest.mark.parametrize("transport", ["streamable-http", "sse"])
+async def test_a_server_that_wants_a_bearer_token_is_an_http_401_without_it(
+    transport: str,
+) -> None:
+    async with serve_mcp(transport, bearer="let-me-in") as url:
+        with pytest.raises(McpOpenError) as caught:
+            await connect(url)
+        assert caught.value.error == {
+            "type": "http_error",
+            "code": 401,
+            "message": "the MCP server answered HTTP 401",
+        }
+        connection = await McpConnection.open(
+            url, None, McpConfig(), policy_for(url), authorization="let-me-in"
+        )
+        try:
+            assert await connection.call("add", {"a": 1, "b": 2}) == McpCallResult("3", None)
+        finally:
+            await connection.close()
+
+
+async def test_a_call_answered_with_an_http_status_is_an_http_error() -> None:
+    async with serve_mcp(refused_tool="add") as url:
+        connection = await connect(url)
+        try:
+            refused = await connection.call("add", {"a": 1, "b": 2})
+            assert refused == McpCallResult(
+                None,
+                {"type": "http_error", "code": 403, "message": "the MCP server answered HTTP 403"},
+            )
+            assert_openai_error(refused)
+            # The status belongs to that call alone.
+            weather = await connection.call("get_weather", {"city": "Oslo"})
+            assert weather == McpCallResult(WEATHER.format(city="Oslo"), None)
+        finally:
+            await connection.close()
+
+
+async def test_close_while_a_call_is_in_flight_ends_the_call_with_an_error() -> None:
+    calls_seen: list[str] = []
+    async with serve_mcp(calls_seen=calls_seen) as url:
+        connection = await connect(url)
+        call = asyncio.create_task(connection.call("hang", {"seconds": 60}))
+        await until(lambda: "hang started" in calls_seen)
+        await connection.close()
+        result = await call
+        assert result.output is None and result.error is not None
+        assert result.error["code"] == mcp_types.CONNECTION_CLOSED
