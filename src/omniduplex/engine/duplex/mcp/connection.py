@@ -9,7 +9,7 @@ to leave them, and calls from any task on the same event loop go through its
 Streamable HTTP is tried first; a server that answers its POST with 404 or 405 speaks only
 the older SSE transport, and the same URL is opened with that. The SDK reports an HTTP
 error status as a JSON-RPC error without the status, so a response hook records each
-status of 400 or more into a list the awaiting task holds in a context variable (the
+POST's status of 400 or more into a list the awaiting task holds in a context variable (the
 SDK's transport runs each request's POST in the sender's context), which lets an error
 name its status as OpenAI's ``http_error`` does.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -56,7 +56,8 @@ _SDK_MESSAGE_LOGGERS = ("mcp.client.streamable_http", "mcp.client.sse")
 
 # Statuses that say the URL has no streamable HTTP endpoint, only the older SSE one.
 _SSE_ONLY_STATUSES = frozenset({404, 405})
-_TransportStreams = Any  # the SDK's (read stream, write stream) pair
+# What the SDK's transports yield: its (read stream, write stream) pair.
+_Streams = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
 
 
 class McpOpenError(Exception):
@@ -217,7 +218,7 @@ class McpConnection:
         finally:
             self._session = None
 
-    async def _serve(self, streams: Any, ready: asyncio.Future[None]) -> None:
+    async def _serve(self, streams: _Streams, ready: asyncio.Future[None]) -> None:
         async with streams() as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             self.tools = await _list_tools(session)
@@ -226,7 +227,7 @@ class McpConnection:
             await self._stop.wait()
 
     @contextlib.asynccontextmanager
-    async def _streamable_streams(self) -> AsyncIterator[_TransportStreams]:
+    async def _streamable_streams(self) -> AsyncIterator[Any]:
         async with (
             self._http_client() as client,
             streamable_http_client(self._url, http_client=client) as streams,
@@ -234,7 +235,7 @@ class McpConnection:
             yield streams
 
     @contextlib.asynccontextmanager
-    async def _sse_streams(self) -> AsyncIterator[_TransportStreams]:
+    async def _sse_streams(self) -> AsyncIterator[Any]:
         async with sse_client(
             self._url,
             timeout=self._config.list_timeout_s,
@@ -261,8 +262,11 @@ class McpConnection:
         )
 
     async def _record_status(self, response: httpx2.Response) -> None:
+        # Only a POST carries a request; a GET (the streams the server may push on) that
+        # fails is the SDK's to retry, or raises with its status (SSE).
         statuses = self._statuses.get()
-        if statuses is not None and response.status_code >= 400:
+        failed_post = response.status_code >= 400 and response.request.method == "POST"
+        if statuses is not None and failed_post:
             statuses.append(response.status_code)
 
     # ---- errors ------------------------------------------------------------------------
