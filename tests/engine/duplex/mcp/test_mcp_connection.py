@@ -290,3 +290,21 @@ async def test_close_while_a_call_is_in_flight_ends_the_call_with_an_error() -> 
         result = await call
         assert result.output is None and result.error is not None
         assert result.error["code"] == mcp_types.CONNECTION_CLOSED
+
+
+async def test_over_sse_a_call_answered_with_an_http_status_is_an_http_error_too() -> None:
+    # The SDK's SSE transport stops sending once a POST fails: the call is answered at its
+    # timeout, with the status it got, and the connection reads as closed from then on.
+    async with serve_mcp("sse", refused_tool="add") as url:
+        connection = await connect(url, call_timeout_s=0.3)
+        try:
+            refused = await connection.call("add", {"a": 1, "b": 2})
+            assert refused.error == {
+                "type": "http_error",
+                "code": 403,
+                "message": "the MCP server answered HTTP 403",
+            }
+            after = await connection.call("get_weather", {"city": "Oslo"})
+            assert after.error is not None and after.error["code"] == mcp_types.CONNECTION_CLOSED
+        finally:
+            await connection.close()

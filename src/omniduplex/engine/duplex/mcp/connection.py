@@ -157,6 +157,8 @@ class McpConnection:
                 name, arguments, read_timeout_seconds=self._config.call_timeout_s
             )
         except MCPError as exc:
+            if statuses:  # an HTTP error status answered this call's POST
+                return McpCallResult(None, self._error_for(exc, statuses))
             if exc.code == mcp_types.REQUEST_TIMEOUT:
                 return McpCallResult(
                     None, timeout_error("the tool call", self._config.call_timeout_s)
