@@ -78,7 +78,7 @@ def build_server(
         raise ValueError(TOOL_FAILURE)
 
     @server.tool()
-    async def hang(seconds: float) -> str:
+    async def hang(seconds: float = 600.0) -> str:
         """Sleeps, then answers; ``calls_seen`` gets "hang started" and "hang cancelled"."""
         if calls_seen is not None:
             calls_seen.append("hang started")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 _ROOT = Path(__file__).resolve().parents[2]
-for _path in (_ROOT / "benchmarks", _ROOT / "tests" / "entrypoints" / "openai"):
+for _path in (_ROOT / "benchmarks", _ROOT / "tests" / "entrypoints" / "openai", _ROOT / "tests"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 

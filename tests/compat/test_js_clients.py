@@ -22,6 +22,8 @@ import pytest
 from server_harness import RunningServer, TlsFiles, run_server, self_signed_tls
 
 from client_compat.report import COLUMNS, question_pcm16
+from mcp_servers import serve_mcp
+from omniduplex.engine.duplex.mcp import McpConfig
 
 JS_DIR = Path(__file__).resolve().parent / "js"
 # Guards against a hung script only.
@@ -150,3 +152,24 @@ def test_a_transcription_session_captions_speech(
     _assert_worked(
         report, {"connect", "configure", "committed", "transcript", "deltas", "no_response"}
     )
+
+
+@pytest.mark.parametrize("approval", [False, True], ids=["never", "approved"])
+def test_the_agents_sdk_declares_a_remote_mcp_server_and_the_server_calls_it(
+    tls: TlsFiles, approval: bool
+) -> None:
+    with serve_mcp() as mcp_url:
+        prefix = mcp_url.rsplit("/", 1)[0] + "/"
+        with run_server("cascade-rules", tls=tls, mcp=McpConfig(allowed_urls=(prefix,))) as own:
+            report = run_node(
+                "agents_realtime",
+                "mcp",
+                tls,
+                **_target(own, "cascade-rules"),
+                mcp_url=mcp_url,
+                tool_name="get_weather",
+                ask="Get the weather in Paris.",
+                approval=approval,
+            )
+    _assert_worked(report, {"connect", "configure", "listed", "call", "approved", "answer"})
+    assert "18 degrees and sunny" in " ".join(report["notes"])

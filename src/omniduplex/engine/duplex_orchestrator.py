@@ -176,6 +176,7 @@ class DuplexOrchestrator(Orchestrator, SessionStages):
             sink=self._emit_session_event,
             clock=clock,
             served_model=served or "omniduplex",
+            mcp=pipeline.mcp if pipeline is not None else None,
         )
 
     # ---- events out ------------------------------------------------------------------

@@ -4,8 +4,11 @@
 // the `audio` events), and on talk-over it truncates the reply and emits `audio_interrupted`.
 //
 // Scenarios: `conversation` (spoken, server_vad, talked over), `tool` (the agent's tool runs
-// and the agent speaks its result).
+// and the agent speaks its result), `mcp` (a remote MCP server declared with
+// `hostedMcpTool`, as the SDK's guide shows: the server lists and calls its tools; with
+// `approval`, the app approves the call when the SDK asks).
 
+import { hostedMcpTool } from '@openai/agents-core';
 import { RealtimeAgent, RealtimeSession, tool as agentTool } from '@openai/agents-realtime';
 import { z } from 'zod';
 
@@ -93,4 +96,37 @@ async function tool(options, report) {
   report.mark('close');
 }
 
-await runScenario('@openai/agents-realtime', { conversation, tool });
+async function mcp(options, report) {
+  const weather = hostedMcpTool({
+    serverLabel: 'weather',
+    serverUrl: options.mcp_url,
+    requireApproval: options.approval ? 'always' : 'never',
+  });
+  const client = await start(options, report, { tools: [weather] });
+  const { log, session } = client;
+  const approvals = [];
+  session.on('tool_approval_requested', (_context, _agent, request) => {
+    approvals.push(request.type);
+    session.approve(request.approvalItem);
+  });
+  const listed = await log.wait(ofType('mcp_list_tools.completed'));
+  await log.wait(ofType('conversation.item.done'));
+  report.mark('listed', listed !== null && session.availableMcpTools.some((t) => t.name === options.tool_name));
+  const mark = log.length;
+  session.sendMessage(options.ask);
+  const answer = await log.wait(
+    (e) => e.type === 'response.done' && e.response.output.some((item) => item.type === 'mcp_call'),
+    mark,
+  );
+  const call = answer?.response.output.find((item) => item.type === 'mcp_call');
+  const spoken = answer?.response.output.find((item) => item.type === 'message')?.content?.[0]?.transcript;
+  const history = session.history.filter((item) => item.type === 'mcp_call');
+  report.note(`approvals: ${JSON.stringify(approvals)}; output: ${JSON.stringify(call?.output)}; answer: ${JSON.stringify(spoken)}`);
+  report.mark('call', Boolean(call?.output) && history.some((item) => item.output === call.output));
+  report.mark('approved', options.approval ? approvals.includes('mcp_approval_request') : approvals.length === 0);
+  report.mark('answer', answer?.response.status === 'completed' && Boolean(spoken));
+  session.close();
+  report.mark('close');
+}
+
+await runScenario('@openai/agents-realtime', { conversation, tool, mcp });

@@ -114,9 +114,14 @@ def run_server(
     *,
     api_key: str | None = None,
     tls: TlsFiles | None = None,
+    mcp: Any = None,
     **duplex_session: Any,
 ) -> Iterator[RunningServer]:
+    """Serve ``deployment`` (its ``duplex_session`` settings overridden by the keywords;
+    ``mcp``: an ``McpConfig`` in place of the deployment's)."""
     pipeline = load_deploy_config(deployment)
+    if mcp is not None:
+        pipeline = dataclasses.replace(pipeline, mcp=mcp)
     if duplex_session:
         merged = {**pipeline.duplex_session, **duplex_session}
         pipeline = dataclasses.replace(pipeline, duplex_session=merged)

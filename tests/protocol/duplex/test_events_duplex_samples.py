@@ -176,5 +176,5 @@ def all_samples() -> list[RealtimeEvent]:
     return _tier1_from_realtime() + tier2_samples() + tier3_samples()
 
 
-def test_samples_cover_all_45_classes() -> None:
+def test_samples_cover_all_54_classes() -> None:
     assert {type(event) for event in all_samples()} == set(dx.DUPLEX_EVENT_CLASSES)

@@ -50,9 +50,9 @@ TIER3_TYPES = {
 
 def test_tier_counts() -> None:
     classes = dx.DUPLEX_EVENT_CLASSES
-    assert len(classes) == len(set(classes)) == 46
+    assert len(classes) == len(set(classes)) == 54
     counts = {tier: sum(cls.tier == tier for cls in classes) for tier in (1, 2, 3)}
-    assert counts == {1: 26, 2: 8, 3: 12}
+    assert counts == {1: 34, 2: 8, 3: 12}
     assert set(dx.TIER1_EVENT_CLASSES) | set(TIER2_TWIN.values()) == set(rt.REALTIME_EVENT_CLASSES)
 
 

@@ -247,5 +247,5 @@ def test_bad_objects_raise_protocol_errors(obj: Any, code: str) -> None:
 def test_registry_has_both_spellings() -> None:
     assert rt.REALTIME_EVENT_TYPES["response.audio.delta"] is rt.ResponseOutputAudioDelta
     assert rt.REALTIME_EVENT_TYPES["response.output_audio.delta"] is rt.ResponseOutputAudioDelta
-    assert len(rt.REALTIME_EVENT_CLASSES) == 34
+    assert len(rt.REALTIME_EVENT_CLASSES) == 42
     assert all(cls.tier == 1 for cls in rt.REALTIME_EVENT_CLASSES)

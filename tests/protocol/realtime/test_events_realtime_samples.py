@@ -346,6 +346,7 @@ def tier1_samples() -> list[RealtimeEvent]:
             name="get_weather",
             arguments='{"city": "Paris"}',
         ),
+        *mcp_samples(),
     ]
     for name, make in ITEMS.items():
         previous = None if name == "user_audio" else USER_ITEM_ID
@@ -358,6 +359,57 @@ def tier1_samples() -> list[RealtimeEvent]:
     samples.append(rt.ResponseCreated(response=RESPONSES["created"]()))
     samples.extend(rt.ResponseDone(response=make()) for make in RESPONSES.values())
     return samples
+
+
+MCP_ITEM_TYPES = frozenset({"mcp_list_tools", "mcp_call", "mcp_approval_request"})
+
+
+def carries_mcp_item(event: RealtimeEvent) -> bool:
+    """An event about a remote MCP item: GA only, since a beta connection cannot declare
+    an MCP server (the beta interface had none, so its SDK has no such item)."""
+    item = getattr(event, "item", None)
+    return isinstance(item, dict) and item.get("type") in MCP_ITEM_TYPES
+
+
+def mcp_samples() -> list[RealtimeEvent]:
+    """A remote MCP server's listing and one call of its tool, as a session sends them."""
+    listing = {
+        "id": "item_mcp_list",
+        "type": "mcp_list_tools",
+        "server_label": "weather",
+        "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+    }
+    call = {
+        "id": "item_mcp_call",
+        "type": "mcp_call",
+        "server_label": "weather",
+        "name": "get_weather",
+        "arguments": '{"city": "Paris"}',
+        "approval_request_id": None,
+        "output": "It is sunny in Paris.",
+        "error": None,
+    }
+    failed = {
+        **call,
+        "output": None,
+        "error": {"type": "tool_execution_error", "message": "the tool failed"},
+    }
+    where = {"item_id": "item_mcp_call", "output_index": 0}
+    return [
+        rt.McpListToolsInProgress(item_id="item_mcp_list"),
+        rt.McpListToolsCompleted(item_id="item_mcp_list"),
+        rt.McpListToolsFailed(item_id="item_mcp_list"),
+        rt.ConversationItemDone(previous_item_id=None, item=listing),
+        rt.ResponseMcpCallArgumentsDelta(response_id=RESPONSE_ID, **where, delta='{"city": '),
+        rt.ResponseMcpCallArgumentsDone(
+            response_id=RESPONSE_ID, **where, arguments='{"city": "Paris"}'
+        ),
+        rt.ResponseMcpCallInProgress(**where),
+        rt.ResponseMcpCallCompleted(**where),
+        rt.ResponseMcpCallFailed(**where),
+        rt.ResponseOutputItemDone(response_id=RESPONSE_ID, item=call),
+        rt.ResponseOutputItemDone(response_id=RESPONSE_ID, item=failed),
+    ]
 
 
 def test_samples_cover_every_tier1_class() -> None:

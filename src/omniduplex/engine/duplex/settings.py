@@ -31,6 +31,7 @@ from ...protocol.duplex import (
     turn_detection_of,
     validate_turn_detection,
 )
+from .mcp.tool_spec import MCP_TOOL_TYPE, check_mcp_tool, public_tool
 from .session.turn_detection import served_turn_detection
 
 if TYPE_CHECKING:
@@ -80,17 +81,30 @@ _TOOL_CHOICES = ("auto", "none", "required")
 
 def check_tools(raw: Any, param: str = "tools") -> list[dict[str, Any]]:
     """Realtime function tools (``type: function``, ``name``, optional ``description``
-    and JSON-schema ``parameters``), refusing a malformed one naming it in ``param``."""
+    and JSON-schema ``parameters``) and remote MCP servers (``type: mcp``, ``mcp/tool_spec``),
+    refusing a malformed one naming it in ``param``."""
     if not isinstance(raw, list):
         raise RealtimeProtocolError("tools must be a list", "invalid_tool", param=param)
     tools = []
+    labels: set[str] = set()
     for index, tool in enumerate(raw):
         where = f"{param}[{index}]"
         if not isinstance(tool, Mapping):
             raise RealtimeProtocolError(f"{where} must be an object", "invalid_tool", param=where)
+        if tool.get("type") == MCP_TOOL_TYPE:
+            checked = check_mcp_tool(tool, where)
+            if checked["server_label"] in labels:
+                raise RealtimeProtocolError(
+                    f"{where}.server_label {checked['server_label']!r} is declared twice",
+                    "invalid_tool",
+                    param=f"{where}.server_label",
+                )
+            labels.add(checked["server_label"])
+            tools.append(checked)
+            continue
         if tool.get("type", "function") != "function":
             raise RealtimeProtocolError(
-                f"{where}.type {tool.get('type')!r} is not supported: only function tools",
+                f"{where}.type {tool.get('type')!r} is not supported: only function and mcp tools",
                 "invalid_tool",
                 param=f"{where}.type",
             )
@@ -444,11 +458,15 @@ class SessionSettings:
         )
 
     def _client_view(self, transcribes: bool) -> dict[str, Any]:
-        """The client's echoed keys, with the input transcription as it is in force: the
-        client's choice where the model transcribes, else none."""
-        if transcribes or self.echoed.get("input_audio_transcription") is None:
-            return self.echoed
-        return {**self.echoed, "input_audio_transcription": None}
+        """The client's echoed keys, with the input transcription as it is in force (the
+        client's choice where the model transcribes, else none) and MCP tools without
+        their secrets."""
+        view = dict(self.echoed)
+        if view.get("tools"):
+            view["tools"] = [public_tool(tool) for tool in view["tools"]]
+        if not transcribes and view.get("input_audio_transcription") is not None:
+            view["input_audio_transcription"] = None
+        return view
 
     def _transcription_object(
         self, session: DuplexEngineSession, state: dict[str, Any]

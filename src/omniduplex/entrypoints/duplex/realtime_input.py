@@ -93,6 +93,7 @@ from omniduplex.protocol.duplex.commands import (
     MAX_ID_CHARS,
     AckEvents,
     CreateItem,
+    CreateResponse,
     ResumeSession,
     UpdateSession,
 )
@@ -315,6 +316,7 @@ class RealtimeEnvelope:
             )
         command = command_from_realtime(obj, defaults=self.defaults)
         self._refuse_beta_images(command)
+        self._refuse_beta_mcp(command)
         self._note_extension_use(command)
         if isinstance(command, ResumeSession):
             self._step(HandshakeState.RESUMING)
@@ -358,6 +360,7 @@ class RealtimeEnvelope:
             )
         command = command_from_realtime(obj, defaults=self.defaults)
         self._refuse_beta_images(command)
+        self._refuse_beta_mcp(command)
         self._note_extension_use(command)
         if isinstance(command, UpdateSession):
             self._fold(command)
@@ -392,6 +395,30 @@ class RealtimeEnvelope:
                 event_id=command.event_id,
                 param=f"item.content[{indexes[0]}]",
             )
+
+    def _refuse_beta_mcp(self, command: RealtimeCommand) -> None:
+        """The beta dialect has no remote MCP tools (no ``mcp`` tool, no MCP items or
+        events): a beta client's ``mcp`` tool is refused rather than run unseen."""
+        if self.dialect != "beta":
+            return
+        if isinstance(command, UpdateSession):
+            tools, param = command.patch.get("tools"), "session.tools"
+        elif isinstance(command, CreateResponse):
+            tools, param = (command.options or {}).get("tools"), "response.tools"
+        elif isinstance(command, CreateItem) and command.item.get("type") == MCP_APPROVAL:
+            tools, param = [{"type": "mcp"}], "item"
+        else:
+            return
+        for index, tool in enumerate(tools if isinstance(tools, list) else []):
+            if isinstance(tool, Mapping) and tool.get("type") == "mcp":
+                where = param if param == "item" else f"{param}[{index}].type"
+                raise DuplexCommandError(
+                    "remote MCP tools need the GA Realtime API: the beta dialect has none"
+                    " (connect without the OpenAI-Beta: realtime=v1 header or ?dialect=beta)",
+                    "unsupported",
+                    event_id=command.event_id,
+                    param=where,
+                )
 
     def _note_extension_use(self, command: RealtimeCommand) -> None:
         """A client that sends one of our commands speaks the extensions (unless it said
@@ -458,6 +485,9 @@ class RealtimeEnvelope:
             event_id=getattr(exc, "event_id", None) or event_id,
             param=getattr(exc, "param", None),
         )
+
+
+MCP_APPROVAL = "mcp_approval_response"
 
 
 def _event_id(obj: Mapping[str, Any]) -> str | None:

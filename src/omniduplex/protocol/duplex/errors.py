@@ -92,6 +92,8 @@ ERROR_CLASS_BY_CODE: Final = MappingProxyType(
         "invalid_function_call_output": _CLIENT,
         "function_call_not_found": _CLIENT,
         "invalid_tool": _CLIENT,
+        "mcp_server_url_not_allowed": _CLIENT,
+        "mcp_approval_already_answered": _CLIENT,
         "invalid_tool_choice": _CLIENT,
         "invalid_image": _CLIENT,
         "unsupported": _CLIENT,

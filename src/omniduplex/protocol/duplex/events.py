@@ -1,6 +1,6 @@
-"""The whole server-event vocabulary a duplex consumer uses: 46 classes.
+"""The whole server-event vocabulary a duplex consumer uses: 54 classes.
 
-* Tier 1 (26): OpenAI's events re-exported unchanged from ``protocol.realtime.events``.
+* Tier 1 (34): OpenAI's events re-exported unchanged from ``protocol.realtime.events``.
 * Tier 2 (8): OpenAI names carrying our additive keys. Each subclasses its Tier 1 twin
   under the same class name and declares only the fields it adds, so the OpenAI surface
   stays pure and a stock client simply ignores the extra keys.
@@ -10,9 +10,9 @@
 named after its GA wire type in CamelCase (``response.output_audio.delta`` ->
 ``ResponseOutputAudioDelta``), except ``ErrorEvent`` and ``RawDuplexEvent``.
 
-That is one more than the reference vocabulary's 42: the reference has no partial input
-transcript, while our cascade model streams its ASR hypotheses while the user speaks
-(``conversation.item.input_audio_transcription.delta``).
+That is the reference vocabulary's 42, the 8 events of remote MCP tools and a few more:
+the reference has no partial input transcript, while our cascade model streams its ASR
+hypotheses while the user speaks (``conversation.item.input_audio_transcription.delta``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ from ..realtime.events import (
     InputAudioBufferSpeechStarted,
     InputAudioBufferSpeechStopped,
     InputAudioBufferTimeoutTriggered,
+    McpListToolsCompleted,
+    McpListToolsFailed,
+    McpListToolsInProgress,
     OutputAudioBufferCleared,
     OutputAudioBufferStarted,
     OutputAudioBufferStopped,
@@ -45,6 +48,11 @@ from ..realtime.events import (
     ResponseContentPartDone,
     ResponseFunctionCallArgumentsDelta,
     ResponseFunctionCallArgumentsDone,
+    ResponseMcpCallArgumentsDelta,
+    ResponseMcpCallArgumentsDone,
+    ResponseMcpCallCompleted,
+    ResponseMcpCallFailed,
+    ResponseMcpCallInProgress,
     ResponseOutputAudioDone,
     ResponseOutputAudioTranscriptDelta,
     ResponseOutputAudioTranscriptDone,
@@ -248,6 +256,14 @@ TIER1_EVENT_CLASSES: Final[tuple[type[RealtimeEvent], ...]] = (
     ResponseOutputTextDone,
     ResponseFunctionCallArgumentsDelta,
     ResponseFunctionCallArgumentsDone,
+    McpListToolsInProgress,
+    McpListToolsCompleted,
+    McpListToolsFailed,
+    ResponseMcpCallArgumentsDelta,
+    ResponseMcpCallArgumentsDone,
+    ResponseMcpCallInProgress,
+    ResponseMcpCallCompleted,
+    ResponseMcpCallFailed,
 )
 TIER2_EVENT_CLASSES: Final[tuple[type[RealtimeEvent], ...]] = (
     SessionCreated,
@@ -259,7 +275,7 @@ TIER2_EVENT_CLASSES: Final[tuple[type[RealtimeEvent], ...]] = (
     ConversationItemTruncated,
     ErrorEvent,
 )
-#: All 46 classes a duplex session can emit.
+#: All 54 classes a duplex session can emit.
 DUPLEX_EVENT_CLASSES: Final = TIER1_EVENT_CLASSES + TIER2_EVENT_CLASSES + TIER3_EVENT_CLASSES
 
 #: Every accepted wire type (GA and beta spellings) -> the class the duplex surface uses.
@@ -290,6 +306,11 @@ MODEL_OUTPUT_EVENTS: Final[frozenset[type[RealtimeEvent]]] = frozenset(
         ResponseOutputTextDone,
         ResponseFunctionCallArgumentsDelta,
         ResponseFunctionCallArgumentsDone,
+        ResponseMcpCallArgumentsDelta,
+        ResponseMcpCallArgumentsDone,
+        ResponseMcpCallInProgress,
+        ResponseMcpCallCompleted,
+        ResponseMcpCallFailed,
         ResponseContentPartDone,
         ResponseOutputItemDone,
         tier1.ResponseDone,
@@ -352,6 +373,9 @@ __all__ = [
     "InputAudioBufferSpeechStarted",
     "InputAudioBufferSpeechStopped",
     "InputAudioBufferTimeoutTriggered",
+    "McpListToolsCompleted",
+    "McpListToolsFailed",
+    "McpListToolsInProgress",
     "OutputAudioBufferCleared",
     "OutputAudioBufferStarted",
     "OutputAudioBufferStopped",
@@ -367,6 +391,11 @@ __all__ = [
     "ResponseFunctionCallArgumentsDelta",
     "ResponseFunctionCallArgumentsDone",
     "ResponseListen",
+    "ResponseMcpCallArgumentsDelta",
+    "ResponseMcpCallArgumentsDone",
+    "ResponseMcpCallCompleted",
+    "ResponseMcpCallFailed",
+    "ResponseMcpCallInProgress",
     "ResponseOutputAudioDelta",
     "ResponseOutputAudioDone",
     "ResponseOutputAudioTranscriptDelta",

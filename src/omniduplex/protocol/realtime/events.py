@@ -1,13 +1,14 @@
-"""OpenAI's 34 Realtime server events as typed events (Tier 1).
+"""OpenAI's 42 Realtime server events as typed events (Tier 1).
 
-26 of them are what a duplex session sends unchanged; 8 (``session.created``,
+34 of them are what a duplex session sends unchanged; 8 (``session.created``,
 ``response.created``, ``response.done``, ``response.output_audio.delta``,
 ``input_audio_buffer.committed``, ``conversation.item.deleted``,
 ``conversation.item.truncated``, ``error``) are extended by Tier 2 twins in
 ``protocol.duplex.events``. Every class here renders exactly OpenAI's fields, in the
 dialect asked for, in a shape the ``openai`` package's own models accept.
 
-Response-scoped events live in ``response_events``; nested shapes in ``event_shapes``;
+Response-scoped events live in ``response_events``, remote MCP tools' in ``mcp_events``;
+nested shapes in ``event_shapes``;
 parsing rendered events back in ``event_decoding``.
 """
 
@@ -21,6 +22,17 @@ from .base import RealtimeEvent
 from .errors import INVALID_REQUEST_ERROR, error_body
 from .event_decoding import decode_event, event_type_registry, expect
 from .event_shapes import beta_item, beta_session, ga_item
+from .mcp_events import (
+    MCP_EVENT_CLASSES,
+    McpListToolsCompleted,
+    McpListToolsFailed,
+    McpListToolsInProgress,
+    ResponseMcpCallArgumentsDelta,
+    ResponseMcpCallArgumentsDone,
+    ResponseMcpCallCompleted,
+    ResponseMcpCallFailed,
+    ResponseMcpCallInProgress,
+)
 from .response_events import (
     RESPONSE_EVENT_CLASSES,
     ResponseContentPartAdded,
@@ -367,6 +379,7 @@ REALTIME_EVENT_CLASSES: tuple[type[RealtimeEvent], ...] = (
     RateLimitsUpdated,
     RealtimeErrorEvent,
     *RESPONSE_EVENT_CLASSES,
+    *MCP_EVENT_CLASSES,
 )
 
 #: Every accepted wire type (GA and beta spellings) -> its Tier 1 class.
@@ -399,6 +412,9 @@ __all__ = [
     "InputAudioBufferSpeechStarted",
     "InputAudioBufferSpeechStopped",
     "InputAudioBufferTimeoutTriggered",
+    "McpListToolsCompleted",
+    "McpListToolsFailed",
+    "McpListToolsInProgress",
     "OutputAudioBufferCleared",
     "OutputAudioBufferStarted",
     "OutputAudioBufferStopped",
@@ -411,6 +427,11 @@ __all__ = [
     "ResponseDone",
     "ResponseFunctionCallArgumentsDelta",
     "ResponseFunctionCallArgumentsDone",
+    "ResponseMcpCallArgumentsDelta",
+    "ResponseMcpCallArgumentsDone",
+    "ResponseMcpCallCompleted",
+    "ResponseMcpCallFailed",
+    "ResponseMcpCallInProgress",
     "ResponseOutputAudioDelta",
     "ResponseOutputAudioDone",
     "ResponseOutputAudioTranscriptDelta",

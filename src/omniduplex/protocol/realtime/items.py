@@ -72,7 +72,8 @@ def normalize_item(
     be an object and its known fields must have their types (``bad_event``); an
     ``input_image`` part must sit in a user message and carry a JPEG or PNG ``data:`` URL
     (``invalid_image``); a ``function_call_output`` must name its call and carry a string
-    output (``invalid_function_call_output``).
+    output (``invalid_function_call_output``); an ``mcp_approval_response`` must name the
+    request it answers and say ``approve`` true or false.
     """
     caps = capabilities or PERMISSIVE_CAPABILITIES
     if isinstance(raw, Mapping):
@@ -102,6 +103,8 @@ def normalize_item(
     elif kind == "function_call":
         for key in ("name", "call_id", "arguments"):
             optional_str(item.get(key), f"{param}.{key}")
+    elif kind == "mcp_approval_response":
+        _check_mcp_approval_response(item, param)
     return item
 
 
@@ -134,6 +137,18 @@ def _check_function_call_output(item: Mapping[str, Any], param: str) -> None:
         raise fail("function_call_output requires a call_id string", f"{param}.call_id", code)
     if not isinstance(item.get("output"), str):
         raise fail("function_call_output requires a string output", f"{param}.output", code)
+
+
+def _check_mcp_approval_response(item: Mapping[str, Any], param: str) -> None:
+    request_id = item.get("approval_request_id")
+    if not isinstance(request_id, str) or not 0 < len(request_id) <= MAX_ID_CHARS:
+        raise fail(
+            "mcp_approval_response requires the approval_request_id it answers",
+            f"{param}.approval_request_id",
+        )
+    if not isinstance(item.get("approve"), bool):
+        raise fail("mcp_approval_response requires approve: true or false", f"{param}.approve")
+    optional_str(item.get("reason"), f"{param}.reason")
 
 
 def _check_audio_formats(content: Any, caps: RealtimeProtocolCapabilities, param: str) -> None:

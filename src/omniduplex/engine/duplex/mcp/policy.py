@@ -26,6 +26,12 @@ from urllib.parse import unquote, urlsplit
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+_PRIVATE = (
+    "the MCP server URL's host is a private, loopback or reserved address; "
+    "the server's operator must list it in mcp.allowed_urls"
+)
+
+
 class McpUrlRefused(Exception):
     """A session named an MCP server URL this deployment does not reach."""
 
@@ -93,18 +99,31 @@ class McpUrlPolicy:
     def __init__(self, allowed_urls: Iterable[str] = ()) -> None:
         self._prefixes = tuple(normalise_url(url) for url in allowed_urls)
 
-    async def check(self, url: str) -> None:
+    def check_form(self, url: str) -> NormalisedUrl:
+        """What can be refused without resolving the host (the URL's form, the prefixes,
+        an address or ``localhost`` written in it): ``session.update`` refuses it at once."""
         target = normalise_url(url)
         if self._prefixes:
             if not any(target.within(prefix) for prefix in self._prefixes):
                 raise McpUrlRefused("the MCP server URL is not in this server's mcp.allowed_urls")
+            return target
+        try:
+            literal = ipaddress.ip_address(target.host)
+        except ValueError:
+            literal = None
+        if target.host == "localhost" or target.host.endswith(".localhost"):
+            literal = ipaddress.ip_address("127.0.0.1")
+        if literal is not None and _refused_address(literal):
+            raise McpUrlRefused(_PRIVATE)
+        return target
+
+    async def check(self, url: str) -> None:
+        target = self.check_form(url)
+        if self._prefixes:
             return
         for address in await self._addresses(target):
             if _refused_address(address):
-                raise McpUrlRefused(
-                    "the MCP server URL's host is a private, loopback or reserved address; "
-                    "the server's operator must list it in mcp.allowed_urls"
-                )
+                raise McpUrlRefused(_PRIVATE)
 
     @staticmethod
     async def _addresses(

@@ -5,10 +5,11 @@ session updates), ``ResponseFlow`` (responses, cancels, playback) and
 ``LiveTranscription`` (transcribing the user while they speak). None of them sees the
 runner. Each gets a ``SessionContext``: the session it may change (on the orchestrator
 loop, inside a mailbox step of its runner), the emitter, the plugin, the clock and the
-thread pool, the session's stage requests, its input tail, its admission reservations
-and its playback, and ``tell``: what concerns another part goes to the runner as a
-``part_events`` event, and the runner alone acts on it. ``InputFlow`` holds the session's
-``LiveTranscription`` (the transcription of its input), so no part calls a peer.
+thread pool, the session's stage requests, its input tail, its admission reservations,
+its playback and its remote MCP servers, and ``tell``: what concerns another part goes
+to the runner as a ``part_events`` event, and the runner alone acts on it. ``InputFlow``
+holds the session's ``LiveTranscription`` (the transcription of its input), so no part
+calls a peer.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..contracts import SessionStages, StageSubmission
 if TYPE_CHECKING:
     from ..plugin import DuplexModelPlugin
     from .emitter import SessionEmitter
+    from .mcp_servers import McpServers
     from .part_events import PartEvent
     from .playback import Playback
     from .state import DuplexEngineSession
@@ -236,6 +238,7 @@ class SessionContext:
         "admission",
         "clock",
         "input_tail",
+        "mcp",
         "offload",
         "out",
         "playback",
@@ -257,9 +260,11 @@ class SessionContext:
         input_tail: InputTail,
         admission: Admission,
         playback: Playback,
+        mcp: McpServers,
         tell: Callable[[PartEvent], None],
     ) -> None:
         self.session = session
+        self.mcp = mcp
         self.out = out
         self.plugin = plugin
         self.clock = clock

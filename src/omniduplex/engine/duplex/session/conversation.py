@@ -104,8 +104,9 @@ def chat_messages(
 ) -> list[dict[str, Any]]:
     """Items as chat messages (role + content) for models that read history; a function
     call is an assistant message with ``tool_calls``, its output a ``role: tool`` message
-    naming the call; an idle timeout's empty user turn (its id in ``silences``, with how
-    long the user said nothing) is a user message with no content and ``silent_ms``."""
+    naming the call (so is a remote MCP call the server made, with its outcome); an idle
+    timeout's empty user turn (its id in ``silences``, with how long the user said nothing)
+    is a user message with no content and ``silent_ms``."""
     out: list[dict[str, Any]] = []
     for item in items:
         kind = item.get("type")
@@ -125,6 +126,9 @@ def chat_messages(
             output = item.get("output")
             out.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": output})
             continue
+        if kind == "mcp_call":
+            out.extend(mcp_call_messages(item))
+            continue
         if kind != "message":
             continue
         text = " ".join(
@@ -138,6 +142,22 @@ def chat_messages(
             # The user went quiet: a model must know it was asked to speak into that.
             out.append({"role": "user", "content": "", "silent_ms": silences[item["id"]]})
     return out
+
+
+def mcp_call_messages(item: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An ``mcp_call`` item as the model reads it: a tool call and its output (an error
+    is the output, so the model can say what went wrong)."""
+    error = item.get("error")
+    output = item.get("output") if not error else f"Error: {error.get('message')}"
+    call = {"name": item.get("name"), "arguments": item.get("arguments") or "{}"}
+    return [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": item.get("id"), "type": "function", "function": call}],
+        },
+        {"role": "tool", "tool_call_id": item.get("id"), "content": output or ""},
+    ]
 
 
 # Images history may hold at once (wire.md 7.3): their count and their URLs' characters.
@@ -159,7 +179,8 @@ class ItemCommands:
         self.out = out
         self.plugin = plugin
 
-    def create(self, command: cmd.CreateItem) -> None:
+    def create(self, command: cmd.CreateItem) -> dict[str, Any] | None:
+        """Add the client's item; returns it, or ``None`` when it was refused."""
         session = self.session
         item = dict(command.item)
         user_message = item.get("type") == "message" and item.get("role") == "user"
@@ -175,10 +196,10 @@ class ItemCommands:
                 event_id=command.event_id,
                 param="item.content",
             )
-            return
+            return None
         images = self._images(item, command.event_id) if user_message else []
         if images is None:
-            return
+            return None
         if images:
             try:
                 self.plugin.take_input_images(session.model_state, images)
@@ -190,11 +211,15 @@ class ItemCommands:
                     event_id=command.event_id,
                     param=f"item.content[{index}].image_url",
                 )
-                return
+                return None
         if user_message and texts:
             session.pending_user_text = (
                 session.pending_user_text + " " + " ".join(t for t in texts if isinstance(t, str))
             ).strip()
+        if item.get("type") == "mcp_approval_response" and not self._answers_approval(
+            item, command.event_id
+        ):
+            return None
         if item.get("type") == "function_call_output":
             call_id = item.get("call_id")
             if session.items.function_call(call_id) is None:
@@ -204,9 +229,38 @@ class ItemCommands:
                     event_id=command.event_id,
                     param="item.call_id",
                 )
-                return
+                return None
         previous = session.items.add(StoredItem(item=item))
         self.out.item_added(item, command.previous_item_id or previous, done=True)
+        return item
+
+    def _answers_approval(self, item: dict[str, Any], event_id: str | None) -> bool:
+        """An ``mcp_approval_response`` names an approval request of this conversation
+        that nothing answered yet (else it is refused, naming the field)."""
+        request_id = item.get("approval_request_id")
+        stored = self.session.items.get(request_id) if isinstance(request_id, str) else None
+        if stored is None or stored.item.get("type") != "mcp_approval_request":
+            self.out.error(
+                "item_not_found",
+                f"No mcp_approval_request with id {request_id!r} in this conversation",
+                event_id=event_id,
+                param="item.approval_request_id",
+            )
+            return False
+        answered = any(
+            other.item.get("type") == "mcp_approval_response"
+            and other.item.get("approval_request_id") == request_id
+            for other in self.session.items
+        )
+        if answered:
+            self.out.error(
+                "mcp_approval_already_answered",
+                f"approval request {request_id} was already answered",
+                event_id=event_id,
+                param="item.approval_request_id",
+            )
+            return False
+        return True
 
     def _images(self, item: dict[str, Any], event_id: str | None) -> list[InputImage] | None:
         """The item's images for the model, or ``None`` when the item is refused (the

@@ -13,7 +13,7 @@ from ....protocol.duplex import events as ev
 from .state import function_call_item
 
 if TYPE_CHECKING:
-    from .state import ActiveResponse, DuplexEngineSession
+    from .state import ActiveResponse, DuplexEngineSession, McpCallEntry
 
 
 class SessionEmitter:
@@ -260,6 +260,56 @@ class SessionEmitter:
         self.emit(ev.ResponseOutputItemDone(response_id=rid, output_index=index, item=item))
         self._finished_in_conversation(response, item)
 
+    # ---- remote MCP calls (mcp_servers) ------------------------------------------------
+
+    def mcp_item_opened(self, response: ActiveResponse, entry: McpCallEntry) -> None:
+        """An ``mcp_call`` (or ``mcp_approval_request``) item opens at its output index."""
+        rid, index = response.response_id, entry.output_index
+        self.emit(ev.ResponseOutputItemAdded(response_id=rid, output_index=index, item=entry.item))
+        self._joined(response, entry.item)
+
+    def mcp_arguments_delta(
+        self, response: ActiveResponse, entry: McpCallEntry, delta: str
+    ) -> None:
+        self.emit(
+            ev.ResponseMcpCallArgumentsDelta(
+                response_id=response.response_id,
+                item_id=entry.item["id"],
+                output_index=entry.output_index,
+                delta=delta,
+            )
+        )
+
+    def mcp_arguments_done(self, response: ActiveResponse, entry: McpCallEntry) -> None:
+        self.emit(
+            ev.ResponseMcpCallArgumentsDone(
+                response_id=response.response_id,
+                item_id=entry.item["id"],
+                output_index=entry.output_index,
+                arguments=entry.item["arguments"],
+            )
+        )
+
+    def mcp_call_running(self, entry: McpCallEntry) -> None:
+        self.emit(
+            ev.ResponseMcpCallInProgress(item_id=entry.item["id"], output_index=entry.output_index)
+        )
+
+    def mcp_item_done(self, response: ActiveResponse, entry: McpCallEntry) -> None:
+        """The item ends: a call with its outcome (``completed`` / ``failed`` first), an
+        approval request as asked."""
+        item_id, index = entry.item["id"], entry.output_index
+        if not entry.asks_approval:
+            failed = entry.item.get("error") is not None
+            done = ev.ResponseMcpCallFailed if failed else ev.ResponseMcpCallCompleted
+            self.emit(done(item_id=item_id, output_index=index))
+        self.emit(
+            ev.ResponseOutputItemDone(
+                response_id=response.response_id, output_index=index, item=entry.item
+            )
+        )
+        self._finished_in_conversation(response, entry.item)
+
     def _joined(self, response: ActiveResponse, item: dict[str, Any]) -> None:
         """A response's output item joins the conversation (not an out-of-band one's)."""
         if response.in_conversation:
@@ -378,6 +428,7 @@ class SessionEmitter:
         rid = response.response_id
         calls = response.calls.values()
         items = [(call["output_index"], function_call_item(call)) for call in calls]
+        items += [(entry.output_index, entry.item) for entry in response.mcp_calls.values()]
         if response.message_index is not None:
             message = self._message_done(response, status, transcript, shown_transcript)
             items.append((response.message_index, message))

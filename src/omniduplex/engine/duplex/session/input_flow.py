@@ -697,6 +697,7 @@ class InputFlow:
         def attempt(patch: dict[str, Any]) -> SessionSettings:
             candidate = session.settings.updated(patch)
             self.ctx.plugin.validate_session_config(candidate.as_model_config())
+            self.ctx.mcp.check(candidate.tools)
             return candidate
 
         # A field that cannot be honoured is reported on its own and the rest applies
@@ -749,6 +750,7 @@ class InputFlow:
             if self.turns is None or not self.turns.speaking:
                 self.live.abort()
         self.out.session_updated()
+        self.ctx.mcp.reconcile(updated.tools)
 
     def on_signal_turn(self, command: cmd.SignalTurn) -> None:
         """A client's turn signal relabels the turn state (any other event is echoed with

@@ -31,6 +31,8 @@ from ....protocol.duplex import commands as cmd
 from ....protocol.duplex import events as ev
 from ..contracts import SessionStages
 from ..errors import DuplexSessionError
+from ..mcp.config import McpConfig
+from ..mcp.policy import McpUrlPolicy
 from ..plugin import DuplexModelPlugin, DuplexRuntimeConfigError
 from ..runtime_config import DuplexSessionRuntimeConfig
 from ..settings import SessionSettings
@@ -73,8 +75,12 @@ class DuplexSessionManager:
         sink: EventSink,
         clock: Callable[[], float],
         served_model: str = "omniduplex",
+        mcp: McpConfig | None = None,
     ) -> None:
         self.plugin = plugin
+        # The deployment's rules for remote MCP servers, one policy for every session.
+        self.mcp = mcp or McpConfig()
+        self.mcp_policy = McpUrlPolicy(self.mcp.allowed_urls)
         self.session_stages = session_stages
         self.runtime = runtime
         self.clock = clock
@@ -190,6 +196,8 @@ class DuplexSessionManager:
                 max_input_turn_s=self.runtime.max_input_turn_s,
                 input_audio_budget=self.input_audio_budget,
                 max_unplayed_output_bytes=self.runtime.max_unplayed_output_bytes_per_session,
+                mcp_config=self.mcp,
+                mcp_policy=self.mcp_policy,
             )
             if session_id in self._abandoned:
                 raise asyncio.CancelledError

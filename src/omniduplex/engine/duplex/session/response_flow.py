@@ -15,6 +15,7 @@ once and keep the client's word for what was played, as before pacing existed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from ....protocol.duplex import (
 )
 from ....protocol.duplex import commands as cmd
 from ..contracts import StageSubmission, stage_request_id
+from ..mcp.tool_spec import MCP_TOOL_TYPE
 from ..plugin import (
     ModelAudio,
     ModelError,
@@ -39,17 +41,33 @@ from ..plugin import (
 )
 from ..settings import check_tool_choice, check_tools
 from .context import SessionContext, StageOutputItem
-from .conversation import StoredItem, chat_messages
+from .conversation import StoredItem, chat_messages, mcp_call_messages
 from .lease import LeaseActivity
+from .mcp_servers import CANCELLED_CODE, McpCallDone
 from .part_events import InputTranscribed, ResponseEnded
 from .playout import AudioUnit
 from .state import (
     ActiveResponse,
+    McpCallEntry,
     TurnStep,
     function_call_item,
     new_item_id,
     new_response_id,
 )
+
+# Rounds of MCP calls one response may make before it must answer in words.
+MAX_TOOL_ROUNDS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOffer:
+    """What a response may call: function tools for the model, its choice, and which of
+    those names are remote MCP tools (name -> server label)."""
+
+    tools: list[dict[str, Any]]
+    choice: Any
+    mcp_owners: dict[str, str]
+
 
 # Cancel reasons that came from the server's own turn detection rather than the client.
 _SERVER_DETECTED = frozenset({"turn_detected"})
@@ -87,6 +105,7 @@ class ResponseFlow:
             if options.get("tool_choice") is not None:
                 choice = check_tool_choice(options["tool_choice"], "response.tool_choice")
                 options["tool_choice"] = choice
+            self._check_response_mcp_tools(options.get("tools") or [])
         except RealtimeProtocolError as exc:
             self.out.error(exc.code, exc.message, event_id=command.event_id, param=exc.param)
             return
@@ -116,6 +135,21 @@ class ResponseFlow:
             if context is None:
                 return
         self.start(options=options, context=context)
+
+    def _check_response_mcp_tools(self, tools: list[dict[str, Any]]) -> None:
+        """A response's ``mcp`` tool names a server the session declared (and listed):
+        a connection is the session's, opened and listed when ``session.update`` said so."""
+        for index, tool in enumerate(tools):
+            if tool.get("type") == MCP_TOOL_TYPE and not self.ctx.mcp.declares(
+                tool["server_label"]
+            ):
+                raise RealtimeProtocolError(
+                    f"response.tools[{index}]: MCP server {tool['server_label']!r} is not "
+                    "declared in session.tools (declare it there first: its tools are listed "
+                    "when the session declares it)",
+                    "invalid_tool",
+                    param=f"response.tools[{index}].server_label",
+                )
 
     def _context(self, entries: list[dict[str, Any]], event_id: str | None) -> list[Any] | None:
         """``response.input`` as items: an ``item_reference`` becomes the conversation's
@@ -168,6 +202,65 @@ class ResponseFlow:
         session = self.session
         plugin = self.plugin
         options = options or {}
+        response = self._open(options)
+        # Nothing new from the user: the model speaks first (or again) from the conversation
+        # and the session's instructions, as OpenAI's does.
+        history = session.items.messages() if context is None else chat_messages(context)
+        response.base_history = history
+        if context is not None or not response.in_conversation:
+            # Beside the conversation: the user's pending turn stays for the conversation's
+            # own response. Given items, the last user message among them is answered;
+            # otherwise the pending text is read, not taken (audio is only ever taken).
+            audio = _EMPTY
+            text = _last_user_text(history) if context is not None else session.pending_user_text
+            opening = not text
+        else:
+            audio = session.committed_input if session.committed_input is not None else _EMPTY
+            text = session.pending_user_text
+            opening = session.committed_input is None and not text
+            session.committed_input = None
+            session.pending_user_text = ""
+        response.input_audio_ms = audio.size * 1000 / plugin.input_sample_rate_hz
+        response.input_text = text
+        if plugin.streams_input:
+            # Model-native plugins (streams_input) feed every response from the session's
+            # resumable stage-0 request; a response is a stretch of that stream, so there
+            # is no per-response stage request to plan or submit.
+            return
+        offer = self._tools(options)
+        response.mcp_tools = offer.mcp_owners
+        request = self._request(
+            response.response_id,
+            options,
+            offer,
+            history=history,
+            audio=_EMPTY if carried_by is not None else audio,
+            text=text,
+            input_streamed=carried_by is not None,
+            opening=opening and carried_by is None,
+        )
+        if carried_by is not None:
+            request_id = carried_by
+        else:
+            request_id = stage_request_id(session.fence, f"resp{session.response_counter}")
+        self._submit(response, request_id, request)
+
+    def _submit(self, response: ActiveResponse, request_id: str, request: ResponseRequest) -> None:
+        session = self.session
+        response.request_ids.append(request_id)
+        response.model_generating = True
+        try:
+            data = self.plugin.plan_response(session.model_state, request)
+            # A carried request is the utterance's, which the hand-over checked is of
+            # this epoch.
+            self.ctx.stage.submit(StageSubmission(request_id, 0, data, session.fence, final=True))
+        except Exception as exc:
+            self.fail("model_backend_failed", f"could not start the response: {exc}")
+
+    def _open(self, options: dict[str, Any]) -> ActiveResponse:
+        """A new active response, announced (``response.created``)."""
+        session = self.session
+        plugin = self.plugin
         modalities = tuple(
             options.get("output_modalities")
             or options.get("modalities")
@@ -193,51 +286,8 @@ class ResponseFlow:
         session.response_counter += 1
         session.last_response_id = response_id
         self.out.response_started(response)
-
-        # Nothing new from the user: the model speaks first (or again) from the conversation
-        # and the session's instructions, as OpenAI's does.
-        history = session.items.messages() if context is None else chat_messages(context)
-        if context is not None or not response.in_conversation:
-            # Beside the conversation: the user's pending turn stays for the conversation's
-            # own response. Given items, the last user message among them is answered;
-            # otherwise the pending text is read, not taken (audio is only ever taken).
-            audio = _EMPTY
-            text = _last_user_text(history) if context is not None else session.pending_user_text
-            opening = not text
-        else:
-            audio = session.committed_input if session.committed_input is not None else _EMPTY
-            text = session.pending_user_text
-            opening = session.committed_input is None and not text
-            session.committed_input = None
-            session.pending_user_text = ""
-        response.input_audio_ms = audio.size * 1000 / plugin.input_sample_rate_hz
-        response.input_text = text
-        if plugin.streams_input:
-            # Model-native plugins (streams_input) feed every response from the session's
-            # resumable stage-0 request; a response is a stretch of that stream, so there
-            # is no per-response stage request to plan or submit.
-            return
-        request = self._request(
-            response_id,
-            options,
-            history=history,
-            audio=_EMPTY if carried_by is not None else audio,
-            text=text,
-            input_streamed=carried_by is not None,
-            opening=opening and carried_by is None,
-        )
-        if carried_by is not None:
-            request_id = carried_by
-        else:
-            request_id = stage_request_id(session.fence, f"resp{session.response_counter}")
-        response.request_ids.append(request_id)
-        try:
-            data = plugin.plan_response(session.model_state, request)
-            # A carried request is the utterance's, which the hand-over checked is of
-            # this epoch.
-            self.ctx.stage.submit(StageSubmission(request_id, 0, data, session.fence, final=True))
-        except Exception as exc:
-            self.fail("model_backend_failed", f"could not start the response: {exc}")
+        response.options = options
+        return response
 
     def preview_request(self) -> ResponseRequest | None:
         turn_detection = self.session.settings.turn_detection or {}
@@ -246,13 +296,21 @@ class ResponseFlow:
         text = self.session.pending_user_text
         history = self.session.items.messages()
         return self._request(
-            "", {}, history=history, audio=_EMPTY, text=text, input_streamed=True, opening=False
+            "",
+            {},
+            self._tools({}),
+            history=history,
+            audio=_EMPTY,
+            text=text,
+            input_streamed=True,
+            opening=False,
         )
 
     def _request(
         self,
         response_id: str,
         options: dict[str, Any],
+        offer: ToolOffer,
         *,
         history: list[dict[str, Any]],
         audio: np.ndarray,
@@ -261,7 +319,6 @@ class ResponseFlow:
         opening: bool,
     ) -> ResponseRequest:
         session = self.session
-        tools, tool_choice = self._tools(options)
         return ResponseRequest(
             fence=session.fence,
             response_id=response_id,
@@ -272,20 +329,29 @@ class ResponseFlow:
             session=session.settings.as_model_config(),
             input_streamed=input_streamed,
             opening=opening,
-            tools=tools,
-            tool_choice=tool_choice,
+            tools=offer.tools,
+            tool_choice=offer.choice,
         )
 
-    def _tools(self, options: dict[str, Any]) -> tuple[list[dict[str, Any]], Any]:
+    def _tools(self, options: dict[str, Any]) -> ToolOffer:
         """The tools this response may call (the response's own, else the session's) and
-        its tool choice; none for a model that calls no tools."""
+        its tool choice; none for a model that calls no tools. A declared MCP server
+        stands for the tools it listed, offered as function tools."""
         if not self.session.capabilities.supports_tools:
-            return [], "none"
+            return ToolOffer([], "none", {})
         settings = self.session.settings
-        tools = options.get("tools")
-        tools = settings.tools if tools is None else tools
+        declared = options.get("tools")
+        declared = settings.tools if declared is None else declared
         choice = options.get("tool_choice")
-        return list(tools), settings.tool_choice if choice is None else choice
+        functions = [tool for tool in declared if tool.get("type") != MCP_TOOL_TYPE]
+        labels = {tool["server_label"] for tool in declared if tool.get("type") == MCP_TOOL_TYPE}
+        remote, owners = self.ctx.mcp.function_tools(labels) if labels else ([], {})
+        taken = {tool.get("name") for tool in functions}
+        remote = [tool for tool in remote if tool["name"] not in taken]
+        owners = {name: label for name, label in owners.items() if name not in taken}
+        return ToolOffer(
+            functions + remote, settings.tool_choice if choice is None else choice, owners
+        )
 
     # ---- model output -----------------------------------------------------------
 
@@ -352,7 +418,13 @@ class ResponseFlow:
 
     def _on_tool_call(self, response: ActiveResponse, result: ModelToolCall) -> None:
         """A function call item: opened on its first piece, its arguments streamed, and
-        once done, kept in history for the output the client will send."""
+        once done, kept in history for the output the client will send. A call of a
+        remote MCP tool is the server's to make instead (``_on_mcp_tool_call``)."""
+        known = response.calls.get(result.call_id) is not None
+        label = response.mcp_tools.get(result.name)
+        if result.call_id in response.mcp_calls or (label is not None and not known):
+            self._on_mcp_tool_call(response, result, label)
+            return
         call = response.calls.get(result.call_id)
         if call is None:
             call = {
@@ -377,6 +449,176 @@ class ResponseFlow:
             if response.in_conversation:
                 item = function_call_item(call)
                 self.session.items.add(StoredItem(item=item, response_id=response.response_id))
+
+    # ---- remote MCP calls ---------------------------------------------------------
+
+    def _on_mcp_tool_call(
+        self, response: ActiveResponse, result: ModelToolCall, label: str | None
+    ) -> None:
+        """The model calls an MCP tool: an ``mcp_call`` item whose arguments stream, then
+        the server makes the call; a tool that needs approval asks for it instead with an
+        ``mcp_approval_request`` item once the arguments are whole."""
+        entry = response.mcp_calls.get(result.call_id)
+        if entry is None:
+            assert label is not None
+            kind = (
+                "mcp_approval_request"
+                if self.ctx.mcp.needs_approval(label, result.name)
+                else "mcp_call"
+            )
+            item = _mcp_item(kind, label, result.name)
+            entry = McpCallEntry(
+                item=item, output_index=response.outputs_opened, server_label=label
+            )
+            response.outputs_opened += 1
+            response.mcp_calls[result.call_id] = entry
+            if not entry.asks_approval:
+                self._open_mcp_item(response, entry)
+        if entry.running or entry.done:
+            return
+        if result.arguments:
+            entry.item["arguments"] += result.arguments
+            if not entry.asks_approval:
+                self.out.mcp_arguments_delta(response, entry, result.arguments)
+        if not result.done:
+            return
+        if entry.asks_approval:
+            self._open_mcp_item(response, entry)
+            self._keep(response, entry.item)
+            self._end_mcp_item(response, entry)
+            return
+        self.out.mcp_arguments_done(response, entry)
+        self._run_mcp_call(response, entry)
+
+    def _open_mcp_item(self, response: ActiveResponse, entry: McpCallEntry) -> None:
+        entry.opened = True
+        self.out.mcp_item_opened(response, entry)
+
+    def _end_mcp_item(self, response: ActiveResponse, entry: McpCallEntry) -> None:
+        entry.done = True
+        self.out.mcp_item_done(response, entry)
+
+    def _run_mcp_call(self, response: ActiveResponse, entry: McpCallEntry) -> None:
+        entry.running = True
+        # In history before it runs: a client may retrieve it while it does.
+        self._keep(response, entry.item)
+        self.out.mcp_call_running(entry)
+        self.ctx.mcp.start_call(
+            response_id=response.response_id,
+            item_id=entry.item["id"],
+            label=entry.server_label,
+            name=entry.item["name"],
+            arguments=entry.item["arguments"],
+        )
+
+    def _keep(self, response: ActiveResponse, item: dict[str, Any]) -> None:
+        if response.in_conversation:
+            self.session.items.add(StoredItem(item=item, response_id=response.response_id))
+
+    def on_mcp_call_done(self, done: McpCallDone) -> None:
+        """A call's outcome (from the mailbox): into its item, then the model speaks it
+        once it is done generating. A call of a response that ended (a talk-over, a
+        cancel: a later epoch) is already closed and is dropped."""
+        response = self.session.response
+        if (
+            response is None
+            or response.response_id != done.response_id
+            or done.epoch != self.session.epoch
+        ):
+            return
+        entry = next((e for e in response.mcp_calls.values() if e.item["id"] == done.item_id), None)
+        if entry is None or not entry.running:
+            return
+        entry.running = False
+        result = done.result
+        entry.item["output"] = result.output
+        entry.item["error"] = result.error
+        self._end_mcp_item(response, entry)
+        response.tool_messages.extend(mcp_call_messages(entry.item))
+        response.answer_owed = True
+        self._answer_tools(response)
+
+    def _answer_tools(self, response: ActiveResponse) -> None:
+        """Once the model's request is done and no call runs, a further round of the model
+        speaks the outputs (another call it makes there runs the same way)."""
+        if response.model_generating or any(e.running for e in response.mcp_calls.values()):
+            return
+        if not response.answer_owed:
+            return
+        response.answer_owed = False
+        response.tool_rounds += 1
+        options = dict(response.options)
+        offer = self._tools(options)
+        if response.tool_rounds >= MAX_TOOL_ROUNDS:
+            offer = ToolOffer([], "none", {})  # enough calls: answer with what came back
+        response.mcp_tools = offer.mcp_owners
+        request = self._request(
+            response.response_id,
+            options,
+            offer,
+            history=response.base_history + response.tool_messages,
+            audio=_EMPTY,
+            text="",
+            input_streamed=False,
+            opening=True,
+        )
+        session = self.session
+        request_id = stage_request_id(
+            session.fence, f"resp{session.response_counter}t{response.tool_rounds}"
+        )
+        self._submit(response, request_id, request)
+
+    def on_mcp_approval(self, response_item: dict[str, Any]) -> None:
+        """The client answered an approval request: a response runs the call (approved)
+        or tells the model it was refused; behind an active response, once it ends."""
+        session = self.session
+        if session.response is not None:
+            session.deferred_approvals.append(response_item["id"])
+            return
+        stored = session.items.get(response_item["approval_request_id"])
+        if stored is None:  # deleted meanwhile: nothing left to run
+            return
+        asked = stored.item
+        response = self._open({})
+        response.base_history = session.items.messages()
+        label = str(asked.get("server_label"))
+        item = _mcp_item("mcp_call", label, str(asked.get("name")))
+        item["arguments"] = str(asked.get("arguments") or "")
+        item["approval_request_id"] = asked["id"]
+        entry = McpCallEntry(item=item, output_index=0, server_label=label)
+        response.outputs_opened = 1
+        response.mcp_calls[item["id"]] = entry
+        response.mcp_tools = self._tools({}).mcp_owners
+        if response_item.get("approve") and self.ctx.mcp.declares(label):
+            self._open_mcp_item(response, entry)
+            self.out.mcp_arguments_done(response, entry)
+            self._run_mcp_call(response, entry)
+            return
+        reason = response_item.get("reason")
+        refusal = "The user declined this call" + (f": {reason}" if reason else ".")
+        item["error"] = {"type": "tool_execution_error", "message": refusal}
+        response.mcp_calls.clear()
+        response.outputs_opened = 0
+        response.tool_messages.extend(mcp_call_messages(item))
+        response.answer_owed = True
+        self._answer_tools(response)
+
+    def _close_mcp_calls(self, response: ActiveResponse) -> None:
+        """A response ending with MCP items still open (a cancel, a talk-over, a failure):
+        their calls are cancelled and the items end failed; an approval request whose
+        arguments never finished was never announced and is forgotten."""
+        self.ctx.mcp.cancel_calls(response.response_id)
+        for key, entry in list(response.mcp_calls.items()):
+            if not entry.opened:
+                del response.mcp_calls[key]
+            elif not entry.done:
+                entry.running = False
+                entry.item["error"] = {
+                    "type": "protocol_error",
+                    "code": CANCELLED_CODE,
+                    "message": "the call was cancelled: its response ended",
+                }
+                self._end_mcp_item(response, entry)
 
     def _on_audio(self, response: ActiveResponse, result: ModelAudio) -> None:
         session = self.session
@@ -439,6 +681,11 @@ class ResponseFlow:
         response = self.session.response
         if response is None or response.generation_ended is not None:
             return
+        response.model_generating = False
+        if response.answer_owed or any(e.running for e in response.mcp_calls.values()):
+            # Its MCP calls are still to be spoken: the model goes on once they are back.
+            self._answer_tools(response)
+            return
         if listen:
             response.listen_reason = reason
         tail = response.encoder.flush() if response.wants_audio else b""
@@ -499,7 +746,8 @@ class ResponseFlow:
         error_message: str | None = None,
     ) -> None:
         session = self.session
-        if not response.calls:
+        self._close_mcp_calls(response)
+        if not response.calls and not response.mcp_calls:
             # A response that said nothing still has its (empty) assistant message.
             self._open_message(response)
         for call in response.calls.values():
@@ -545,6 +793,10 @@ class ResponseFlow:
             session.deferred_commit = None
             session.committed_input = deferred
             self.start()
+        elif session.deferred_approvals:
+            approval = session.items.get(session.deferred_approvals.pop(0))
+            if approval is not None:
+                self.on_mcp_approval(approval.item)
 
     def _store_assistant_item(self, response: ActiveResponse, status: str, transcript: str) -> None:
         settings = self.session.settings
@@ -639,6 +891,23 @@ def _last_user_text(history: list[dict[str, Any]]) -> str:
     if history and history[-1].get("role") == "user":
         return str(history[-1].get("content") or "")
     return ""
+
+
+def _mcp_item(kind: str, label: str, name: str) -> dict[str, Any]:
+    """A new ``mcp_call`` or ``mcp_approval_request`` item, its arguments still to come.
+    A call shows its outcome fields from the start, null until it is back (stock clients
+    read them on ``response.output_item.added``)."""
+    item: dict[str, Any] = {
+        "id": new_item_id(),
+        "object": "realtime.item",
+        "type": kind,
+        "server_label": label,
+        "name": name,
+        "arguments": "",
+    }
+    if kind == "mcp_call":
+        item.update(approval_request_id=None, output=None, error=None)
+    return item
 
 
 def _assistant_item(

@@ -1,7 +1,8 @@
 """The single writer of one session: an ordered mailbox on the orchestrator loop.
 
-Client commands (admitted by the manager), stage outputs and the playout clock's
+Client commands (admitted by the manager), stage outputs, the playout clock's
 wake-ups (one timer per session, ``PLAYOUT_DUE``: audio of the response is due to leave)
+and the outcomes of remote MCP work (``mcp_servers``: a server listed, a call done)
 enter one FIFO mailbox and are handled one at a time. Slow work (decoding and resampling
 an append) runs in a tracked task on the session's *input tail*, offloaded to the
 manager's thread pool; the worker never awaits it, so a cancel behind an append is
@@ -25,6 +26,8 @@ from typing import Any
 
 from ....protocol.duplex import commands as cmd
 from ..contracts import SessionStages, parse_stage_request_id
+from ..mcp.config import McpConfig
+from ..mcp.policy import McpUrlPolicy
 from ..plugin import DuplexModelPlugin
 from .context import (
     Admission,
@@ -40,6 +43,7 @@ from .input_budget import InputAudioBudget, held_input_samples
 from .input_flow import InputFlow
 from .lease import LeaseActivity
 from .live_transcript import LiveTranscription
+from .mcp_servers import McpCallDone, McpListed, McpServers
 from .part_events import (
     AnswerTurn,
     HoldReply,
@@ -88,6 +92,8 @@ class DuplexSessionRunner:
         max_input_turn_s: float | None = None,
         input_audio_budget: InputAudioBudget | None = None,
         max_unplayed_output_bytes: int = 8 * 1024 * 1024,
+        mcp_config: McpConfig | None = None,
+        mcp_policy: McpUrlPolicy | None = None,
     ) -> None:
         self.session = session
         self.clock = clock
@@ -105,6 +111,14 @@ class DuplexSessionRunner:
             session, self.out, clock=time.monotonic, wake=self._schedule_playout
         )
         self._playout_timer: asyncio.TimerHandle | None = None
+        mcp_config = mcp_config or McpConfig()
+        self.mcp = McpServers(
+            session,
+            self.out,
+            config=mcp_config,
+            policy=mcp_policy or McpUrlPolicy(mcp_config.allowed_urls),
+            post=self.submit,
+        )
         ctx = SessionContext(
             session=session,
             out=self.out,
@@ -115,6 +129,7 @@ class DuplexSessionRunner:
             input_tail=self._input_tail,
             admission=self._admission,
             playback=self.playback,
+            mcp=self.mcp,
             tell=self._on_part_event,
         )
         self.responses = ResponseFlow(ctx, max_unplayed_output_bytes=max_unplayed_output_bytes)
@@ -132,6 +147,7 @@ class DuplexSessionRunner:
         self._worker = asyncio.get_running_loop().create_task(
             self._run(), name=f"duplex-session-{self.session.session_id}"
         )
+        self.mcp.reconcile(self.session.settings.tools)
 
     @property
     def closing(self) -> bool:
@@ -188,6 +204,7 @@ class DuplexSessionRunner:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._worker
+        await self.mcp.close()
         return request_ids
 
     def emit_terminal(self, reason: str, *, expired: bool) -> None:
@@ -216,6 +233,11 @@ class DuplexSessionRunner:
     def _handle_item(self, item: Any) -> None:
         if isinstance(item, StageOutputItem):
             self._on_stage_output(item)
+        elif isinstance(item, McpListed):
+            self.mcp.on_listed(item)
+        elif isinstance(item, McpCallDone):
+            if not self.closing:
+                self.responses.on_mcp_call_done(item)
         elif item is PLAYOUT_DUE:
             if not self.closing:
                 self.responses.on_playout_due()
@@ -262,7 +284,7 @@ class DuplexSessionRunner:
             cmd.AckPlayback: responses.on_playback_ack,
             cmd.Heartbeat: self._on_heartbeat,
             cmd.UpdateSession: lambda c: after(lambda: inputs.on_session_update(c)),
-            cmd.CreateItem: lambda c: after(lambda: items.create(c)),
+            cmd.CreateItem: lambda c: after(lambda: self._on_create_item(c)),
             cmd.DeleteItem: items.delete,
             cmd.TruncateItem: self._on_truncate_item,
             cmd.RetrieveItem: items.retrieve,
@@ -282,6 +304,13 @@ class DuplexSessionRunner:
             )
             return
         self._input_tail.after(lambda: self.responses.on_create(command))
+
+    def _on_create_item(self, command: cmd.CreateItem) -> None:
+        """An item joins the conversation; a client's answer to an MCP approval request
+        has the server act on it (the call runs, or the model hears it was refused)."""
+        item = self.items.create(command)
+        if item is not None and item.get("type") == "mcp_approval_response":
+            self.responses.on_mcp_approval(item)
 
     def _on_cancel_response(self, command: cmd.CancelResponse) -> None:
         """An active response is cancelled at once, never behind in-flight appends. With

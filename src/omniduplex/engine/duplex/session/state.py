@@ -126,6 +126,24 @@ def function_call_item(call: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
+class McpCallEntry:
+    """One MCP item a response opened: an ``mcp_call`` the server runs, or the
+    ``mcp_approval_request`` it asks the client first with."""
+
+    item: dict[str, Any]
+    output_index: int
+    server_label: str
+    # Announced (``response.output_item.added``); running on its server; ended.
+    opened: bool = False
+    running: bool = False
+    done: bool = False
+
+    @property
+    def asks_approval(self) -> bool:
+        return self.item["type"] == "mcp_approval_request"
+
+
+@dataclass(slots=True)
 class PlaybackCursor:
     """How much of one response's audio was generated, sent, played and committed (ms)."""
 
@@ -201,6 +219,18 @@ class ActiveResponse:
     # The model ended it by deciding to listen (the reason): ``response.listen`` goes out
     # as it ends, after its audio.
     listen_reason: str | None = None
+    # Remote MCP tools (``mcp_servers``): the names the model may call and their servers;
+    # its MCP items by the model's call id; the options and history it started from, and
+    # the calls and outputs since, which each further round of the model is given.
+    options: dict[str, Any] = field(default_factory=dict)
+    mcp_tools: dict[str, str] = field(default_factory=dict)
+    mcp_calls: dict[str, McpCallEntry] = field(default_factory=dict)
+    base_history: list[dict[str, Any]] = field(default_factory=list)
+    tool_messages: list[dict[str, Any]] = field(default_factory=list)
+    # The model's current request is still generating; MCP outputs it has not answered.
+    model_generating: bool = False
+    answer_owed: bool = False
+    tool_rounds: int = 0
 
     @property
     def wants_audio(self) -> bool:
@@ -256,6 +286,9 @@ class DuplexEngineSession:
     last_response_id: str | None = None
     # The audio of a turn committed while a response was active, answered when it ends.
     deferred_commit: np.ndarray | None = None
+    # Ids of ``mcp_approval_response`` items that came while a response was active: each
+    # is acted on (the call run, or the refusal answered) when the responses before end.
+    deferred_approvals: list[str] = field(default_factory=list)
     committed_input: np.ndarray | None = None
     pending_user_text: str = ""
     overlap_speech_ms: int = 0
