@@ -334,3 +334,55 @@ async def test_headers_reach_the_mcp_server_and_nowhere_else(
 
 def _b64(pcm: bytes) -> str:
     return base64.b64encode(pcm).decode()
+
+
+async def test_what_a_session_may_not_declare_is_refused_and_the_session_goes_on(
+    server, mcp_url
+) -> None:
+    five = [mcp_tool(mcp_url, server_label=f"server{i}") for i in range(5)]
+    conn, events = await _open(server, five)
+    try:
+        too_many = await events.until("error")
+        await conn.response.create(
+            response={"tools": [mcp_tool(mcp_url, server_label="elsewhere")]}
+        )
+        undeclared = await events.until("error")
+        await conn.conversation.item.create(
+            item={"type": "mcp_approval_response", "approval_request_id": "item_none"}
+        )
+        no_answer = await events.until("error")
+        await conn.conversation.item.create(
+            item={
+                "type": "mcp_approval_response",
+                "approval_request_id": "item_no",
+                "approve": True,
+            }
+        )
+        no_request = await events.until("error")
+        await _say(conn, "Hello there.")
+        answered = await events.until("response.done")
+    finally:
+        await conn.close()
+    errors = [e[-1]["error"] for e in (too_many, undeclared, no_answer, no_request)]
+    assert all(error["type"] == "invalid_request_error" for error in errors)
+    assert [error["param"] for error in errors] == [
+        "tools[4]",
+        "response.tools[0].server_label",
+        "item.approve",
+        "item.approval_request_id",
+    ]
+    assert answered[-1]["response"]["status"] == "completed"
+
+
+async def test_a_beta_client_is_told_mcp_tools_need_the_ga_interface(server, mcp_url) -> None:
+    base = server.ws_url.rsplit("/", 1)[0]
+    client = AsyncOpenAI(api_key="unused", websocket_base_url=base)
+    async with client.beta.realtime.connect(model="cascade-rules") as conn:
+        await conn.session.update(session={"tools": [mcp_tool(mcp_url)]})
+        while (event := orjson.loads(await asyncio.wait_for(conn.recv_bytes(), TIMEOUT_S)))[
+            "type"
+        ] != "error":
+            assert not event["type"].startswith("mcp_")
+    assert event["error"]["type"] == "invalid_request_error"
+    assert event["error"]["param"] == "session.tools[0].type"
+    assert "GA" in event["error"]["message"]
