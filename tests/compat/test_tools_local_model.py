@@ -20,7 +20,11 @@ import pytest
 from agents import function_tool
 from agents.realtime import RealtimeAgent, RealtimeRunner
 from livekit_tools import livekit_tool_turn
+from openai import AsyncOpenAI
 from server_harness import TIMEOUT_S, RunningServer, run_server, wire
+
+from mcp_servers import WEATHER, serve_mcp
+from omniduplex.engine.duplex.mcp import McpConfig
 
 HAS_LLM = bool(
     importlib.util.find_spec("llama_cpp")
@@ -32,9 +36,52 @@ FORECAST = "sunny"
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[RunningServer]:
-    with run_server("cascade") as running:
+def mcp_url() -> Iterator[str]:
+    with serve_mcp() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def server(mcp_url: str) -> Iterator[RunningServer]:
+    allowed = McpConfig(allowed_urls=(mcp_url.rsplit("/", 1)[0] + "/",))
+    with run_server("cascade", mcp=allowed) as running:
         yield running
+
+
+async def test_the_default_model_calls_a_remote_mcp_tool_and_speaks_its_result(
+    server, mcp_url
+) -> None:
+    client = AsyncOpenAI(api_key="unused", base_url=server.http_url + "/v1")
+    tool = {
+        "type": "mcp",
+        "server_label": "weather",
+        "server_url": mcp_url,
+        "allowed_tools": ["get_weather", "add"],
+        "require_approval": "never",
+    }
+    async with client.realtime.connect(model="cascade") as conn:
+        await conn.session.update(session={"type": "realtime", "tools": [tool]})
+        async for event in conn:
+            if event.type == "mcp_list_tools.completed":
+                break
+        await conn.conversation.item.create(
+            item={
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "What's the weather like in Paris?"}],
+            }
+        )
+        await conn.response.create()
+        async for event in conn:
+            if event.type == "response.done":
+                done = event.response
+                break
+    call, message = done.output
+    assert call.type == "mcp_call" and call.name == "get_weather"
+    assert json.loads(call.arguments)["city"].lower().startswith("paris")
+    assert call.output == WEATHER.format(city=json.loads(call.arguments)["city"])
+    spoken = message.content[0].transcript.lower()
+    assert "sunny" in spoken or "18" in spoken, spoken
 
 
 async def test_the_default_model_calls_an_agents_sdk_tool_and_speaks_its_result(
