@@ -11,6 +11,7 @@ position: a cancelled response is cut there (its unplayed audio never leaves,
 ``output_audio_buffer.cleared``), and its item keeps the transcript up to that point
 (``conversation.item.truncated`` says where). Unpaced sessions release everything at
 once and keep the client's word for what was played, as before pacing existed.
+A response's calls of remote MCP tools are ``McpResponses``'s (``mcp_responses.py``).
 """
 
 from __future__ import annotations
