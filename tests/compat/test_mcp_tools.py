@@ -6,7 +6,7 @@ refused. The cascade's rule responder calls a tool when every word of its name i
 the user's words ("Get the weather in Paris." calls ``get_weather``) and speaks a tool's
 output when asked to answer it, so the whole flow runs with no LLM: the server lists the
 tools, the model calls one, the server makes the call and the same response speaks it.
-Every event the SDK receives validates against its own GA server-event union.
+Every event the SDK receives validates against its own GA server-event union (``SdkEvents``).
 """
 
 from __future__ import annotations
@@ -17,18 +17,15 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-import openai.types.realtime as ga_types
 import orjson
-import pydantic
 import pytest
 from openai import AsyncOpenAI
-from server_harness import TIMEOUT_S, RunningServer, run_server
+from server_harness import TIMEOUT_S, RunningServer, SdkEvents, run_server
 
 from client_compat.report import question_pcm16, silence_pcm16
 from mcp_servers import closed_port_url, serve_mcp
 from omniduplex.engine.duplex.mcp import McpConfig
 
-ADAPTER = pydantic.TypeAdapter(ga_types.RealtimeServerEvent)
 TOKEN = "sk-test-secret-token-8d1c"
 ASK_WEATHER = "Get the weather in Paris."
 WEATHER_WORDS = "18 degrees and sunny"
@@ -63,29 +60,11 @@ def mcp_tool(url: str, **extra: Any) -> dict[str, Any]:
     return {"type": "mcp", "server_label": "weather", "server_url": url, **extra}
 
 
-class Events:
-    """One SDK connection's events, each validated by the SDK's GA union."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.seen: list[dict[str, Any]] = []
-
-    async def until(self, wanted: str, **match: Any) -> list[dict[str, Any]]:
-        out = []
-        while True:
-            event = orjson.loads(await asyncio.wait_for(self.conn.recv_bytes(), TIMEOUT_S))
-            assert ADAPTER.validate_python(event).type == event["type"]
-            self.seen.append(event)
-            out.append(event)
-            if event["type"] == wanted and all(event.get(k) == v for k, v in match.items()):
-                return out
-
-
 async def _open(server: RunningServer, tools: list[dict[str, Any]], **session: Any):
     client = AsyncOpenAI(api_key="unused", base_url=server.http_url + "/v1")
     manager = client.realtime.connect(model="cascade-rules")
     conn = await manager.enter()
-    events = Events(conn)
+    events = SdkEvents(conn)
     await events.until("session.created")
     await conn.session.update(session={"type": "realtime", "tools": tools, **session})
     return conn, events

@@ -17,16 +17,12 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import openai.types.beta.realtime as beta_types
-import openai.types.realtime as ga_types
-import orjson
-import pydantic
 import pytest
 from agents import function_tool
 from agents.realtime import RealtimeAgent, RealtimeRunner
 from livekit_tools import livekit_tool_turn
 from openai import AsyncOpenAI
-from server_harness import TIMEOUT_S, RunningServer, run_server
+from server_harness import TIMEOUT_S, RunningServer, SdkEvents, run_server
 
 WEATHER = {
     "type": "function",
@@ -40,10 +36,6 @@ WEATHER = {
 }
 ASK = "Check the weather in Paris please."
 FORECAST = "sunny and warm"
-ADAPTERS = {
-    "ga": pydantic.TypeAdapter(ga_types.RealtimeServerEvent),
-    "beta": pydantic.TypeAdapter(beta_types.RealtimeServerEvent),
-}
 
 
 @pytest.fixture(scope="module")
@@ -52,25 +44,7 @@ def server() -> Iterator[RunningServer]:
         yield running
 
 
-class Wire:
-    """Reads one SDK connection; each event is validated by the SDK's own union."""
-
-    def __init__(self, conn: Any, dialect: str) -> None:
-        self.conn, self.dialect, self.adapter = conn, dialect, ADAPTERS[dialect]
-        self.seen: list[dict[str, Any]] = []
-
-    async def until(self, wanted: str) -> list[dict[str, Any]]:
-        out = []
-        while True:
-            event = orjson.loads(await asyncio.wait_for(self.conn.recv_bytes(), TIMEOUT_S))
-            assert self.adapter.validate_python(event).type == event["type"]
-            self.seen.append(event)
-            out.append(event)
-            if event["type"] == wanted:
-                return out
-
-
-async def _ask_and_answer(conn: Any, wire: Wire, tools: Any) -> dict[str, Any]:
+async def _ask_and_answer(conn: Any, wire: SdkEvents, tools: Any) -> dict[str, Any]:
     """The flow, as the SDK's user writes it; returns what it saw, by step."""
     await wire.until("session.created")
     await conn.session.update(session=tools)
@@ -139,7 +113,7 @@ async def test_the_openai_sdk_calls_a_tool_and_hears_the_answer(server, dialect)
         connection = client.beta.realtime.connect(model="cascade-rules")
         tools = {"tools": [WEATHER], "tool_choice": "auto"}
     async with connection as conn:
-        wire = Wire(conn, dialect)
+        wire = SdkEvents(conn, dialect)
         steps = await _ask_and_answer(conn, wire, tools)
     _check_flow(steps)
 
@@ -147,7 +121,7 @@ async def test_the_openai_sdk_calls_a_tool_and_hears_the_answer(server, dialect)
 async def test_a_function_call_output_for_an_unknown_call_is_refused(server) -> None:
     client = AsyncOpenAI(api_key="unused", base_url=server.http_url + "/v1")
     async with client.realtime.connect(model="cascade-rules") as conn:
-        wire = Wire(conn, "ga")
+        wire = SdkEvents(conn, "ga")
         await wire.until("session.created")
         await conn.conversation.item.create(
             item={"type": "function_call_output", "call_id": "call_nope", "output": "{}"}
@@ -161,7 +135,7 @@ async def test_a_malformed_tool_is_refused_alone(server) -> None:
     client = AsyncOpenAI(api_key="unused", base_url=server.http_url + "/v1")
     bad = {**WEATHER, "name": "no spaces allowed"}
     async with client.realtime.connect(model="cascade-rules") as conn:
-        wire = Wire(conn, "ga")
+        wire = SdkEvents(conn, "ga")
         await wire.until("session.created")
         update = {"type": "realtime", "tools": [WEATHER, bad], "instructions": "Be brief."}
         await conn.session.update(session=update)

@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import openai.types.beta.realtime as beta_types
+import openai.types.realtime as ga_types
 import orjson
+import pydantic
 import uvicorn
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -204,6 +207,43 @@ class WireClient:
 async def wire(url: str, **kwargs: Any):
     async with connect(url, max_size=None, open_timeout=TIMEOUT_S, **kwargs) as ws:
         yield WireClient(ws)
+
+
+#: The ``openai`` SDK's server-event unions, by dialect: what a stock client parses.
+SDK_EVENT_UNIONS = {
+    "ga": pydantic.TypeAdapter(ga_types.RealtimeServerEvent),
+    "beta": pydantic.TypeAdapter(beta_types.RealtimeServerEvent),
+}
+
+
+class SdkEvents:
+    """The events one ``openai`` SDK connection receives, each validated by its dialect's
+    SDK union as it is read (``seen`` keeps them all)."""
+
+    def __init__(self, conn: Any, dialect: str = "ga") -> None:
+        self.conn = conn
+        self.dialect = dialect
+        self.union = SDK_EVENT_UNIONS[dialect]
+        self.seen: list[dict[str, Any]] = []
+
+    async def next(self) -> dict[str, Any]:
+        event = orjson.loads(await asyncio.wait_for(self.conn.recv_bytes(), TIMEOUT_S))
+        assert self.union.validate_python(event).type == event["type"]
+        self.seen.append(event)
+        return event
+
+    async def until(self, wanted: str, **match: Any) -> list[dict[str, Any]]:
+        """The events read up to and including the next ``wanted`` one (whose fields
+        equal ``match``)."""
+        out = []
+        while True:
+            event = await self.next()
+            out.append(event)
+            if event["type"] == wanted and all(event.get(k) == v for k, v in match.items()):
+                return out
+
+    def types(self) -> list[str]:
+        return [event["type"] for event in self.seen]
 
 
 class ChatServerDouble(ABC):

@@ -8,19 +8,12 @@ such event, so beta clients get the commit of the silent turn and the response a
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-import openai.types.beta.realtime as beta_types
-import openai.types.realtime as ga_types
-import orjson
-import pydantic
 import pytest
 from openai import AsyncOpenAI
-from server_harness import TIMEOUT_S, b64, run_server, sine_pcm16
+from server_harness import SdkEvents, b64, run_server, sine_pcm16
 
-GA = pydantic.TypeAdapter(ga_types.RealtimeServerEvent)
-BETA = pydantic.TypeAdapter(beta_types.RealtimeServerEvent)
 CHUNK = 4800  # 100 ms of 24 kHz pcm16
 IDLE_MS = 5000
 VAD = {"type": "server_vad", "silence_duration_ms": 300, "prefix_padding_ms": 100}
@@ -32,23 +25,8 @@ def server():
         yield running
 
 
-class Conversation:
-    """One SDK connection; every event it reads is validated against ``adapter``."""
-
-    def __init__(self, conn: Any, adapter: pydantic.TypeAdapter) -> None:
-        self.conn = conn
-        self.adapter = adapter
-        self.seen: list[dict[str, Any]] = []
-
-    async def until(self, wanted: str) -> list[dict[str, Any]]:
-        out = []
-        while True:
-            event = orjson.loads(await asyncio.wait_for(self.conn.recv_bytes(), TIMEOUT_S))
-            assert self.adapter.validate_python(event).type == event["type"]
-            self.seen.append(event)
-            out.append(event)
-            if event["type"] == wanted:
-                return out
+class Conversation(SdkEvents):
+    """One SDK connection (every event it reads validated by its dialect's SDK union)."""
 
     async def send(self, pcm: bytes) -> None:
         for i in range(0, len(pcm), CHUNK):
@@ -66,7 +44,7 @@ class Conversation:
 async def test_ga_client_is_prompted_after_the_reply_played_out(server) -> None:
     client = AsyncOpenAI(api_key="unused", base_url=server.http_url + "/v1")
     async with client.realtime.connect(model="loopback") as conn:
-        talk = Conversation(conn, GA)
+        talk = Conversation(conn, "ga")
         await talk.until("session.created")
         detection = {**VAD, "idle_timeout_ms": IDLE_MS}
         await conn.session.update(
@@ -90,7 +68,7 @@ async def test_ga_client_is_prompted_after_the_reply_played_out(server) -> None:
 async def test_beta_client_gets_the_commit_and_the_prompt_without_the_ga_event(server) -> None:
     client = AsyncOpenAI(api_key="unused", websocket_base_url=server.ws_url.rsplit("/", 1)[0])
     async with client.beta.realtime.connect(model="loopback") as conn:
-        talk = Conversation(conn, BETA)
+        talk = Conversation(conn, "beta")
         await talk.until("session.created")
         detection = {**VAD, "idle_timeout_ms": IDLE_MS}
         await conn.session.update(session={"turn_detection": detection})
@@ -111,7 +89,7 @@ async def test_beta_client_gets_the_commit_and_the_prompt_without_the_ga_event(s
 async def test_ga_client_out_of_range_is_refused_naming_the_param(server, timeout_ms) -> None:
     client = AsyncOpenAI(api_key="unused", base_url=server.http_url + "/v1")
     async with client.realtime.connect(model="loopback") as conn:
-        talk = Conversation(conn, GA)
+        talk = Conversation(conn, "ga")
         await talk.until("session.created")
         detection = {**VAD, "idle_timeout_ms": timeout_ms}
         await conn.send(

