@@ -16,15 +16,23 @@ URL allowed (``--mcp-allow``). Two arms, the same tool on the same MCP server:
   ``function_call_output`` and a ``response.create`` back; a second response speaks it.
 
 Both use server VAD (500 ms of silence ends a turn) and speak in real time through the
-same live microphone. Per round, client-side: the last speech sample of the request sent
--> the first audio of the answer that carries the tool's result (it includes the VAD's
-500 ms: the same in both arms). The requests (``draw_cases``): per split its own
+same live-microphone helper (``client_compat.report.Microphone``). Per round,
+client-side:
+
+- ``speech_end_to_answer_audio``: the last speech sample of the request sent -> the first
+  audio of the answer that carries the tool's result (it includes the VAD's 500 ms and
+  the ASR, the same in both arms);
+- ``call_to_answer_audio``: the call known to the client (``response.mcp_call_arguments.done``;
+  the ``function_call``'s ``response.output_item.done``) -> that first audio: the tool's
+  round trip and the answer's start, without the turn-taking before it.
+
+The requests (``draw_cases``): per split its own
 phrasings and places, each in one of five voices (``turn_taking_cases.VOICES``); the
 held-out split is fixed and never tuned on. Rounds interleave the arms (server, client,
 server, ...) so machine noise hits both alike. A round whose request got no call, or
 whose answer does not carry the result, is a miss and has no latency.
 
-Run: ``python benchmarks/mcp_round_trip.py [--rounds 15] [--tool-delay-ms 0]`` (rounds per
+Run: ``python benchmarks/mcp_round_trip.py [--rounds 20] [--tool-delay-ms 0]`` (rounds per
 split and arm); writes ``benchmarks/results/mcp_round_trip.json`` and ``.png`` and
 prints the figures.
 """
@@ -88,6 +96,11 @@ PLACES = {
 SERVER_VAD = {"type": "server_vad", "silence_duration_ms": 500, "prefix_padding_ms": 300}
 CHUNK_MS = 40
 ROUND_TIMEOUT_S = 30.0
+# Each measure: its key in a row, in the results and the start it is timed from.
+MEASURES = (
+    ("latency_s", "speech_end_to_answer_audio_ms", "last speech sample sent"),
+    ("call_to_audio_s", "call_to_answer_audio_ms", "call known to the client"),
+)
 
 
 def draw_cases(split: str, count: int) -> list[dict[str, str]]:
@@ -224,7 +237,15 @@ class ServerMcpArm:
             lambda e: e.type == "response.output_audio.delta" and e.response_id == done.response.id,
             mark,
         )
-        return {"miss": False, "said": said, "latency_s": audio_at - spoke_at}
+        called_at, _ = await self.timeline.wait(
+            lambda e: e.type == "response.mcp_call_arguments.done", mark
+        )
+        return {
+            "miss": False,
+            "said": said,
+            "latency_s": audio_at - spoke_at,
+            "call_to_audio_s": audio_at - called_at,
+        }
 
     async def close(self) -> None:
         await self.mic.stop()
@@ -284,7 +305,13 @@ class ClientMcpArm:
         audio_at, _ = await self.timeline.wait(
             lambda e: e.type == "audio" and e.audio.response_id == answer, mark
         )
-        return {"miss": False, "said": said, "latency_s": audio_at - spoke_at}
+        called_at, _ = await self.timeline.wait(lambda e: _is_call_done(e), mark)
+        return {
+            "miss": False,
+            "said": said,
+            "latency_s": audio_at - spoke_at,
+            "call_to_audio_s": audio_at - called_at,
+        }
 
     async def close(self) -> None:
         await self.mic.stop()
@@ -300,6 +327,14 @@ def _raw_type(event: Any) -> str | None:
         return None
     data = event.data.data
     return data.get("type") if isinstance(data, dict) else None
+
+
+def _is_call_done(event: Any) -> bool:
+    """The function call's ``response.output_item.done``: the call is the client's now."""
+    if _raw_type(event) != "response.output_item.done":
+        return False
+    item = event.data.data["item"]
+    return item["type"] == "function_call" and item["name"] == TOOL
 
 
 def _said(output: list[dict[str, Any]]) -> str:
@@ -353,38 +388,47 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     for arm_name in ARMS:
         result[arm_name] = {}
         for split, split_rows in rows[arm_name].items():
-            latencies = [1000 * r["latency_s"] for r in split_rows if not r["miss"]]
-            summary = percentiles(latencies)
-            if latencies:
-                summary["mean"] = round(float(np.mean(latencies)), 2)
             result[arm_name][split] = {
-                "speech_end_to_answer_audio_ms": summary,
+                "speech_end_to_answer_audio_ms": _summary(split_rows, "latency_s"),
+                "call_to_answer_audio_ms": _summary(split_rows, "call_to_audio_s"),
                 "misses": sum(r["miss"] for r in split_rows),
                 "rows": split_rows,
             }
     return result
 
 
+def _summary(rows: list[dict[str, Any]], key: str) -> dict[str, float]:
+    """p50 / p95 / max / mean / n in ms of ``key`` over the rounds that were not misses."""
+    values = [1000 * row[key] for row in rows if not row["miss"]]
+    summary = percentiles(values)
+    if values:
+        summary["mean"] = round(float(np.mean(values)), 2)
+    return summary
+
+
 def plot(result: dict[str, Any], path: Path) -> None:
-    """Each round's latency as a dot, a bar at the median: one row per arm and split."""
-    rows = [(arm, split) for split in SPLITS for arm in ARMS]
+    """Each round as a dot, a bar at the median: one row per measure, split and arm, on
+    one ms axis (both measures end at the answer's first audio)."""
+    rows = [(m, arm, split) for m in MEASURES for split in SPLITS for arm in ARMS]
     values = {
-        key: [r["latency_s"] * 1000 for r in result[key[0]][key[1]]["rows"] if not r["miss"]]
-        for key in rows
+        row: [r[row[0][0]] * 1000 for r in result[row[1]][row[2]]["rows"] if not r["miss"]]
+        for row in rows
     }
     top = max([v for vs in values.values() for v in vs] + [1.0]) * 1.1
-    width, height, left, row_h = 900, 80 + 70 * len(rows), 220, 70
+    width, row_h, left = 900, 56, 300
+    height = 60 + row_h * len(rows)
     image = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(image)
     x = lambda ms: left + (width - left - 30) * ms / top  # noqa: E731
-    draw.text((10, 10), "last speech sample sent -> first audio of the answer (ms)", "black")
-    for k, (arm, split) in enumerate(rows):
-        y = 50 + k * row_h + row_h // 2
+    draw.text((10, 10), "-> first audio of the answer carrying the tool's result (ms)", "black")
+    for k, row in enumerate(rows):
+        (_, key, start), arm, split = row
+        y = 30 + k * row_h + row_h // 2
         colour = (31, 119, 180) if arm == "server_mcp" else (214, 39, 40)
-        summary = result[arm][split]["speech_end_to_answer_audio_ms"]
-        draw.text((10, y - 12), f"{arm} {split}", "black")
+        summary = result[arm][split][key]
+        draw.text((10, y - 12), f"{start}: {arm} {split}", "black")
         draw.text((10, y + 2), f"p50 {summary.get('p50')} n={summary['n']}", "gray")
-        for ms in values[(arm, split)]:
+        for ms in values[row]:
             draw.ellipse((x(ms) - 3, y - 3, x(ms) + 3, y + 3), fill=colour)
         if "p50" in summary:
             draw.line((x(summary["p50"]), y - 14, x(summary["p50"]), y + 14), colour, 3)
@@ -397,7 +441,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=15, help="per split and arm")
+    parser.add_argument("--rounds", type=int, default=20, help="per split and arm")
     parser.add_argument("--tool-delay-ms", type=int, default=0, help="the tool's own delay")
     parser.add_argument("--out", type=Path, default=RESULTS / "mcp_round_trip.json")
     args = parser.parse_args()
@@ -408,8 +452,9 @@ def main() -> None:
     for arm in ARMS:
         for split in SPLITS:
             part = result[arm][split]
-            figures = part["speech_end_to_answer_audio_ms"]
-            print(f"{arm:10} {split:9} {figures} misses {part['misses']}")
+            print(f"{arm:10} {split:9} misses {part['misses']}")
+            for _, key, _ in MEASURES:
+                print(f"  {key:30} {part[key]}")
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
 
 
